@@ -1,0 +1,175 @@
+"""The ingest stage: declared sources -> document shards, a record row and a decision row per record.
+
+Every record read gets a doc_id (contract 2). Records that become documents are `keep`; the rest are
+`drop` with a reason (not_content, revisit, http_status, truncated_record, ...). One input file is one
+unit of work and one output shard per table, so outputs do not depend on the executor.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from tokenmill import schema
+from tokenmill.execution import make_executor
+from tokenmill.ingest.readers import (ReadError, Record, read_archive, read_jsonl, read_parquet_rows,
+                                      read_text_file)
+from tokenmill.ingest.text import Drop, normalise, payload_to_text
+from tokenmill.runtime import StageRun, sha1_file
+
+STAGE = "ingest"
+FORMATS = ("warc", "wet", "arc", "jsonl", "parquet", "text")
+TABLES = ("documents", "records", "decisions", "read_errors")
+
+
+class SourceError(ValueError):
+    """A source declaration that cannot be ingested; the message is one line naming the source."""
+
+
+@dataclass
+class Source:
+    name: str
+    format: str
+    paths: list[str]
+    bucket: str
+    licence: str
+    snapshot: str = ""
+    root: str | None = None  # file names are recorded relative to this; default: the globs' common dir
+    text_field: str = "text"
+    url_field: str | None = "url"
+    id_field: str | None = "id"
+    date_field: str | None = None
+
+    @classmethod
+    def from_config(cls, name: str, cfg: Mapping[str, Any]) -> "Source":
+        cfg = dict(cfg)
+        missing = [k for k in ("format", "paths", "bucket", "licence") if not cfg.get(k)]
+        if missing:
+            raise SourceError(f"source {name!r}: missing {', '.join(missing)}")
+        if cfg["format"] not in FORMATS:
+            raise SourceError(f"source {name!r}: unknown format {cfg['format']!r} (expected one of {', '.join(FORMATS)})")
+        unknown = set(cfg) - {f for f in cls.__dataclass_fields__ if f != "name"}
+        if unknown:
+            raise SourceError(f"source {name!r}: unknown keys {sorted(unknown)}")
+        paths = cfg.pop("paths")
+        return cls(name=name, paths=[paths] if isinstance(paths, str) else list(paths), **cfg)
+
+    def files(self) -> list[tuple[Path, str]]:
+        """(absolute path, name relative to root) for every matching file, sorted; fails fast if none."""
+        matched: set[Path] = set()
+        for pattern in self.paths:
+            hits = [Path(p) for p in glob.glob(os.path.expanduser(pattern), recursive=True)]
+            matched.update(p.resolve() for p in hits if p.is_file())
+        if not matched:
+            raise SourceError(f"source {self.name!r}: no files match {self.paths}")
+        files = sorted(matched)
+        root = Path(self.root).resolve() if self.root else Path(os.path.commonpath([p.parent for p in files]))
+        return [(p, os.path.relpath(p, root)) for p in files]
+
+
+def load_sources(cfg: Mapping[str, Mapping[str, Any]]) -> list[Source]:
+    if not cfg:
+        raise SourceError("no sources configured (params.yaml: sources)")
+    return [Source.from_config(name, c) for name, c in cfg.items()]
+
+
+@dataclass
+class IngestTask:
+    source: dict
+    path: str
+    file: str  # relative name recorded in the lineage
+    shard: str  # output shard name
+    out_dir: str
+    extractor: str
+    max_payload_bytes: int
+    fields: dict = field(default_factory=dict)
+
+
+def _records(task: IngestTask) -> Iterator[Record | ReadError]:
+    path, fmt = Path(task.path), task.source["format"]
+    if fmt in ("warc", "wet", "arc"):
+        return read_archive(path, task.max_payload_bytes)
+    if fmt == "jsonl":
+        return read_jsonl(path, task.fields, task.max_payload_bytes)
+    if fmt == "parquet":
+        return read_parquet_rows(path, task.fields, task.max_payload_bytes)
+    return read_text_file(path, task.max_payload_bytes)
+
+
+def ingest_file(task: IngestTask) -> dict:
+    """Worker: read one file, write its four shards, return counts by action:reason."""
+    src = task.source
+    docs, records, decisions, errors = [], [], [], []
+    counts: Counter[str] = Counter()
+    for item in _records(task):
+        if isinstance(item, ReadError):
+            errors.append({"source": src["name"], "file": task.file, "offset": item.offset, "error": item.error})
+            continue
+        doc_id = schema.make_doc_id(src["name"], task.file, item.locator, item.payload_sha1)
+        records.append({"doc_id": doc_id, "source": src["name"], "bucket": src["bucket"], "file": task.file,
+                        "locator": item.locator, "record_type": item.record_type, "url": item.url,
+                        "record_id": item.record_id, "crawl_date": item.crawl_date,
+                        "content_type": item.content_type, "payload_bytes": item.payload_bytes,
+                        "payload_sha1": item.payload_sha1})
+        try:
+            if item.drop is not None:
+                raise item.drop
+            if item.text is not None:
+                text, charset = normalise(item.text), "utf-8"
+                if not text.strip():
+                    raise Drop("empty_text", "empty text field")
+            else:
+                text, charset = payload_to_text(item.payload, item.content_type, task.extractor)
+        except Drop as drop:
+            decisions.append(schema.decision(doc_id, STAGE, "drop", drop.reason,
+                                             {"payload_bytes": item.payload_bytes},
+                                             {"error": drop.detail} if drop.detail else None))
+            counts[f"drop:{drop.reason}"] += 1
+            continue
+        docs.append({"doc_id": doc_id, "text": text, "source": src["name"], "bucket": src["bucket"],
+                     "licence": src["licence"], "snapshot": src.get("snapshot") or "", "url": item.url,
+                     "record_id": item.record_id, "crawl_date": item.crawl_date,
+                     "content_type": item.content_type, "charset": charset, "file": task.file,
+                     "locator": item.locator})
+        decisions.append(schema.decision(doc_id, STAGE, "keep", "extracted",
+                                         {"payload_bytes": item.payload_bytes, "text_chars": len(text)}))
+        counts["keep:extracted"] += 1
+
+    out = Path(task.out_dir)
+    for table, rows, sch in (("documents", docs, schema.DOCUMENT), ("records", records, schema.RECORD),
+                             ("decisions", decisions, schema.DECISION), ("read_errors", errors, schema.READ_ERROR)):
+        schema.write_parquet(rows, sch, out / table / f"{task.shard}.parquet")
+    return {"counts": dict(counts), "sha1": sha1_file(task.path), "file": f"{src['name']}:{task.file}",
+            "read_errors": len(errors)}
+
+
+def run_ingest(sources_cfg: Mapping, ingest_cfg: Mapping, execution_cfg: Mapping | None,
+               out_dir: str | Path = "data/ingest") -> dict:
+    extractor = ingest_cfg.get("extractor", "resiliparse")
+    if extractor not in ("resiliparse", "trafilatura"):
+        raise ValueError(f"ingest.extractor must be resiliparse or trafilatura, got {extractor!r}")
+    sources = load_sources(sources_cfg)
+    tasks_by_source = [(s, s.files()) for s in sources]  # resolve every glob before any work starts
+    params = {"sources": {k: dict(v) for k, v in sources_cfg.items()}, "ingest": dict(ingest_cfg)}
+    with StageRun(STAGE, out_dir, params) as run:
+        tasks = []
+        for src, files in tasks_by_source:
+            fields = {"text_field": src.text_field, "url_field": src.url_field,
+                      "id_field": src.id_field, "date_field": src.date_field}
+            for i, (path, rel) in enumerate(files):
+                tasks.append(IngestTask(source=asdict(src), path=str(path), file=rel,
+                                        shard=f"{src.name}-{i:05d}", out_dir=str(run.tmp), extractor=extractor,
+                                        max_payload_bytes=int(ingest_cfg.get("max_payload_bytes", 10_000_000)),
+                                        fields=fields))
+        with make_executor(execution_cfg) as ex:
+            results = ex.map(ingest_file, tasks, desc="ingest")
+        for r in results:
+            run.add_counts(r["counts"])
+            run.input_hashes[r["file"]] = r["sha1"]
+        run.extra["read_errors"] = sum(r["read_errors"] for r in results)
+        run.extra["files"] = len(tasks)
+    return run.manifest
