@@ -93,7 +93,8 @@ class StageRun:
         self.input_hashes: dict[str, str] = {}
         self.counts_in = 0
         self.reasons: Counter[tuple[str, str]] = Counter()  # (action, reason) -> documents
-        self.extra: dict[str, Any] = {}
+        self.extra: dict[str, Any] = {}  # more manifest fields
+        self.metrics: dict[str, Any] = {}  # more deterministic metrics beside the document counts
 
     def __enter__(self) -> "StageRun":
         self.started = time.perf_counter()
@@ -145,6 +146,6 @@ class StageRun:
         os.replace(self.tmp, self.out_dir)
         shutil.rmtree(old, ignore_errors=True)
         # Metrics hold only deterministic numbers so `dvc metrics diff` compares like with like.
-        write_json(self.metrics_dir / f"{self.stage}.json", {"documents": counts})
+        write_json(self.metrics_dir / f"{self.stage}.json", {"documents": counts, **self.metrics})
         self.manifest = manifest
         return False

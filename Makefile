@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   create .venv, install, run the pipeline on the embedded default corpus, verify the lineage
+#   make test   create .venv, install, run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch goes first, pinned, so no later requirement can pull the CUDA build (several GB).
+# On a machine without a local CPU wheel: make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_PIP_ARGS ?=
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+export DVC_NO_ANALYTICS := 1
+export HF_DATASETS_OFFLINE := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install demo test params lineage-shell clean-data
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q $(TORCH_PIP_ARGS) "torch==2.13.0"
+	$(PY) -m pip install -q -c constraints.txt -e ".[test]"
+	touch $@
+
+demo: install
+	dvc repro
+	tokenmill audit verify
+	tokenmill audit stage ingest
+
+test: install
+	$(PY) -m pytest -q
+
+# Recompose params.yaml from conf/ (dvc exp run does this itself).
+params: install
+	$(PY) -m tokenmill.config
+
+clean-data:
+	rm -rf data/sample data/ingest lineage metrics/*.json

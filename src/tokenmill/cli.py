@@ -1,0 +1,128 @@
+"""`tokenmill audit ...`: answer, from lineage.duckdb, what happened to a document, a stage, the pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tokenmill import lineage
+
+DEFAULT_DB = str(Path("lineage") / lineage.DB_NAME)
+
+
+def _table(rows: list[tuple], header: list[str]) -> str:
+    cells = [header] + [["" if v is None else str(v) for v in r] for r in rows]
+    widths = [min(80, max(len(c[i]) for c in cells)) for i in range(len(header))]
+    lines = ["  ".join(c[i][:80].ljust(widths[i]) for i in range(len(header))) for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def audit_doc(con, key: str) -> int:
+    records = con.execute("""SELECT doc_id, source, bucket, file, locator, record_type, url, record_id, crawl_date,
+                                    content_type, payload_bytes
+                             FROM records WHERE doc_id = ? OR url = ?
+                             ORDER BY record_type NOT IN ('response', 'resource', 'conversion', 'jsonl', 'parquet', 'text'),
+                                      file, locator""", [key, key]).fetchall()
+    if not records:
+        print(f"no record with doc_id or url {key!r}", file=sys.stderr)
+        return 1
+    names = ["doc_id", "source", "bucket", "file", "locator", "record_type", "url", "record_id", "crawl_date",
+             "content_type", "payload_bytes"]
+    for rec in records:
+        r = dict(zip(names, rec))
+        print(f"document {r['doc_id']}")
+        for k in names[1:]:
+            print(f"  {k:<14}{r[k]}")
+        errors = con.execute("SELECT \"offset\", error FROM read_errors WHERE source = ? AND file = ? "
+                             "AND CAST(\"offset\" AS VARCHAR) = ?", [r["source"], r["file"], r["locator"]]).fetchall()
+        for offset, error in errors:
+            print(f"  read error    file {r['file']} at byte {offset}: {error}")
+        decisions = con.execute("""SELECT stage, action, reason, scores, details FROM decisions
+                                   WHERE doc_id = ? ORDER BY stage_order""", [r["doc_id"]]).fetchall()
+        for stage, action, reason, scores, details in decisions:
+            print(f"  {stage:<14}{action} ({reason})")
+            if scores:
+                print("                scores: " + ", ".join(f"{k}={v:g}" for k, v in sorted(scores.items())))
+            if details:
+                for k, v in sorted(json.loads(details).items()):
+                    print(f"                {k}: {v}")
+        fate = con.execute("SELECT fate, dropped_at, drop_reason FROM documents WHERE doc_id = ?",
+                           [r["doc_id"]]).fetchone()
+        if fate[0] == "kept":
+            print("  fate          kept by every stage")
+        else:
+            print(f"  fate          dropped at {fate[1]} ({fate[2]})")
+        print()
+    return 0
+
+
+def audit_stage(con, stage: str) -> int:
+    run = con.execute("SELECT run_id, documents_in, documents_out, seconds FROM stage_runs WHERE stage = ?",
+                      [stage]).fetchone()
+    if run is None:
+        known = [r[0] for r in con.execute("SELECT stage FROM stage_runs ORDER BY stage_order").fetchall()]
+        print(f"no stage {stage!r} in the lineage (stages: {', '.join(known)})", file=sys.stderr)
+        return 1
+    print(f"stage {stage}: run {run[0]}, {run[1]} documents in, {run[2]} out, {run[3]:.1f} s\n")
+    rows = con.execute("""SELECT action, reason, count(*) AS documents FROM decisions WHERE stage = ?
+                          GROUP BY action, reason ORDER BY action, documents DESC, reason""", [stage]).fetchall()
+    print(_table(rows, ["action", "reason", "documents"]))
+    return 0
+
+
+def audit_verify(con) -> int:
+    problems = lineage.verify(con)
+    stages = [r[0] for r in con.execute("SELECT stage FROM stage_runs ORDER BY stage_order").fetchall()]
+    if problems:
+        for p in problems:
+            print(p)
+        print(f"conservation FAILED: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    print(f"conservation holds for every stage: {', '.join(stages)}")
+    return 0
+
+
+def audit_sql(con, query: str) -> int:
+    rel = con.sql(query)
+    if rel is None:
+        return 0
+    print(_table(rel.fetchall(), list(rel.columns)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    audit = sub.add_parser("audit", help="query the lineage database")
+    audit.add_argument("--db", default=DEFAULT_DB, help=f"lineage database (default {DEFAULT_DB})")
+    what = audit.add_subparsers(dest="what", required=True)
+    what.add_parser("doc", help="a document's source record and every decision").add_argument("key", help="doc_id or url")
+    what.add_parser("stage", help="counts by action and reason").add_argument("name")
+    what.add_parser("verify", help="conservation across all stages; non-zero exit on any violation")
+    what.add_parser("sql", help="run a read-only SQL query").add_argument("query")
+    args = parser.parse_args(argv)
+
+    try:
+        con = lineage.connect(args.db)
+    except FileNotFoundError as exc:
+        print(f"tokenmill: {exc}", file=sys.stderr)
+        return 2
+    with con:
+        if args.what == "doc":
+            return audit_doc(con, args.key)
+        if args.what == "stage":
+            return audit_stage(con, args.name)
+        if args.what == "verify":
+            return audit_verify(con)
+        try:
+            return audit_sql(con, args.query)
+        except Exception as exc:  # a bad query is the auditor's typo, not a crash
+            print(f"tokenmill: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+            return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

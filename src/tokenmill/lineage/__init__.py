@@ -1,0 +1,153 @@
+"""lineage.duckdb: every stage's records, decisions and manifests in one database for auditors.
+
+Built with DuckDB SQL straight over the stages' Parquet shards (contract 7), so it runs out of core.
+docs/lineage.md documents every table and column; `verify` is the conservation check of contract 4.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+
+from tokenmill.runtime import StageRun
+
+DB_NAME = "lineage.duckdb"
+
+
+def _glob(data_root: Path, stage: str, table: str) -> str:
+    return str(data_root / stage / table / "*.parquet")
+
+
+def _manifest(data_root: Path, stage: str) -> dict:
+    path = data_root / stage / "manifest.json"
+    if not path.exists():
+        raise FileNotFoundError(f"stage {stage!r} has no manifest at {path}: run it before building the lineage")
+    return json.loads(path.read_text())
+
+
+def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, sources_cfg: dict) -> None:
+    """Create the lineage tables in `con`. `stages` is the pipeline order, ingest first."""
+    if not stages or stages[0] != "ingest":
+        raise ValueError(f"lineage.stages must start with 'ingest', got {stages}")
+    manifests = [_manifest(data_root, s) for s in stages]
+
+    con.execute("""CREATE TABLE stage_runs (stage_order INTEGER, stage VARCHAR, run_id VARCHAR,
+        input_stage VARCHAR, code_version VARCHAR, seconds DOUBLE, documents_in BIGINT, documents_out BIGINT,
+        counts JSON, params JSON, inputs JSON, versions JSON)""")
+    for order, m in enumerate(manifests):
+        con.execute("INSERT INTO stage_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [order, m["stage"], m["run_id"], m.get("input_stage"), m["code_version"], m["seconds"],
+                     m["counts"]["in"], m["counts"]["out"], json.dumps(m["counts"]), json.dumps(m["params"]),
+                     json.dumps(m["inputs"]), json.dumps(m["versions"])])
+
+    con.execute(f"CREATE TABLE records AS SELECT * FROM read_parquet('{_glob(data_root, 'ingest', 'records')}') ORDER BY source, file, doc_id")
+    con.execute(f"CREATE TABLE read_errors AS SELECT * FROM read_parquet('{_glob(data_root, 'ingest', 'read_errors')}') ORDER BY source, file, \"offset\"")
+
+    con.execute("CREATE TABLE decisions (stage_order INTEGER, doc_id VARCHAR, stage VARCHAR, action VARCHAR, "
+                "reason VARCHAR, scores MAP(VARCHAR, DOUBLE), details JSON)")
+    con.execute("CREATE TABLE stage_outputs (stage_order INTEGER, stage VARCHAR, doc_id VARCHAR, text_chars BIGINT)")
+    for order, stage in enumerate(stages):
+        con.execute(f"INSERT INTO decisions SELECT {order}, doc_id, stage, action, reason, scores, details "
+                    f"FROM read_parquet('{_glob(data_root, stage, 'decisions')}')")
+        con.execute(f"INSERT INTO stage_outputs SELECT {order}, '{stage}', doc_id, length(text) "
+                    f"FROM read_parquet('{_glob(data_root, stage, 'documents')}')")
+
+    # The fate of every record: dropped where a stage dropped it, otherwise kept by the last stage.
+    con.execute("""CREATE TABLE documents AS
+        SELECT r.doc_id, r.source, r.bucket, r.url, r.record_type, r.record_id, r.crawl_date, r.content_type,
+               r.file, r.locator, r.payload_bytes,
+               CASE WHEN d.doc_id IS NULL THEN 'kept' ELSE 'dropped' END AS fate,
+               d.stage AS dropped_at, d.reason AS drop_reason,
+               (SELECT count(*) FROM decisions m WHERE m.doc_id = r.doc_id AND m.action = 'modify') AS times_modified,
+               o.text_chars AS final_text_chars
+        FROM records r
+        LEFT JOIN (SELECT doc_id, stage, reason FROM decisions WHERE action = 'drop') d USING (doc_id)
+        LEFT JOIN (SELECT doc_id, text_chars FROM stage_outputs
+                   WHERE stage_order = (SELECT max(stage_order) FROM stage_outputs)) o USING (doc_id)
+        ORDER BY r.source, r.file, r.doc_id""")
+
+    con.execute("""CREATE TABLE sources (source VARCHAR, format VARCHAR, bucket VARCHAR, licence VARCHAR,
+        snapshot VARCHAR, paths JSON, files BIGINT, records BIGINT, kept BIGINT, read_errors BIGINT)""")
+    for name, cfg in sources_cfg.items():
+        con.execute("""INSERT INTO sources SELECT ?, ?, ?, ?, ?, ?,
+            (SELECT count(DISTINCT file) FROM records WHERE source = ?),
+            (SELECT count(*) FROM records WHERE source = ?),
+            (SELECT count(*) FROM documents WHERE source = ? AND fate = 'kept'),
+            (SELECT count(*) FROM read_errors WHERE source = ?)""",
+                    [name, cfg.get("format"), cfg.get("bucket"), cfg.get("licence"), cfg.get("snapshot"),
+                     json.dumps(cfg.get("paths")), name, name, name, name])
+    con.execute("""CREATE TABLE source_files AS
+        SELECT split_part(key, ':', 1) AS source, substr(key, length(split_part(key, ':', 1)) + 2) AS file,
+               value AS sha1
+        FROM (SELECT unnest(map_keys(m)) AS key, unnest(map_values(m)) AS value
+              FROM (SELECT CAST(inputs AS MAP(VARCHAR, VARCHAR)) AS m FROM stage_runs WHERE stage = 'ingest'))
+        ORDER BY source, file""")
+
+
+def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
+    """Conservation (contract 4): each stage's input documents = kept + dropped, nothing lost or invented.
+
+    Returns human-readable violations naming the offending doc_ids; empty when everything balances.
+    """
+    problems: list[str] = []
+    runs = con.execute("SELECT stage_order, stage, input_stage, documents_in FROM stage_runs ORDER BY stage_order").fetchall()
+    for order, stage, input_stage, documents_in in runs:
+        if order == 0:
+            inputs = "SELECT doc_id FROM records"
+        else:
+            inputs = (f"SELECT doc_id FROM decisions WHERE stage = '{input_stage}' "
+                      f"AND action IN ('keep', 'modify')")
+        checks = {
+            "input without a decision (went missing)":
+                f"SELECT doc_id FROM ({inputs}) EXCEPT SELECT doc_id FROM decisions WHERE stage = '{stage}'",
+            "decision for a document that was not an input":
+                f"SELECT doc_id FROM decisions WHERE stage = '{stage}' EXCEPT {inputs}",
+            "more than one decision":
+                f"SELECT doc_id FROM decisions WHERE stage = '{stage}' GROUP BY doc_id HAVING count(*) > 1",
+            "kept but not in the stage's documents":
+                f"SELECT doc_id FROM decisions WHERE stage = '{stage}' AND action IN ('keep', 'modify') "
+                f"EXCEPT SELECT doc_id FROM stage_outputs WHERE stage = '{stage}'",
+            "in the stage's documents but not kept":
+                f"SELECT doc_id FROM stage_outputs WHERE stage = '{stage}' "
+                f"EXCEPT SELECT doc_id FROM decisions WHERE stage = '{stage}' AND action IN ('keep', 'modify')",
+        }
+        for what, sql in checks.items():
+            n = con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
+            if n:
+                ids = [r[0] for r in con.execute(f"SELECT * FROM ({sql}) ORDER BY 1 LIMIT {limit}").fetchall()]
+                problems.append(f"{stage}: {n} {what}: {', '.join(ids)}{' ...' if n > limit else ''}")
+        decided = con.execute(f"SELECT count(*) FROM decisions WHERE stage = '{stage}'").fetchone()[0]
+        if decided != documents_in:
+            problems.append(f"{stage}: manifest says {documents_in} documents in, decisions hold {decided}")
+    dup = con.execute("SELECT doc_id FROM records GROUP BY doc_id HAVING count(*) > 1 ORDER BY 1 LIMIT ?", [limit]).fetchall()
+    if dup:
+        problems.append(f"ingest: doc_id assigned to more than one record: {', '.join(r[0] for r in dup)}")
+    return problems
+
+
+def run_lineage(stages: list[str], sources_cfg: dict, data_root: str | Path = "data",
+                out_dir: str | Path = "lineage") -> dict:
+    data_root = Path(data_root)
+    inputs = {s: _manifest(data_root, s)["run_id"] for s in stages}
+    with StageRun("lineage", out_dir, {"stages": stages}) as run:
+        run.input_hashes.update(inputs)
+        con = duckdb.connect(str(run.tmp / DB_NAME))
+        try:
+            build(con, stages, data_root, sources_cfg)
+            problems = verify(con)
+            counts = con.execute("SELECT fate, count(*) FROM documents GROUP BY fate").fetchall()
+        finally:
+            con.close()
+        run.metrics["fates"] = dict(sorted(counts))
+        run.metrics["conservation_violations"] = len(problems)
+        run.extra["conservation_violations"] = problems
+    return {"manifest": run.manifest, "problems": problems}
+
+
+def connect(db: str | Path = Path("lineage") / DB_NAME) -> duckdb.DuckDBPyConnection:
+    """Read-only connection for auditors; a query can never change the lineage."""
+    if not Path(db).exists():
+        raise FileNotFoundError(f"no lineage database at {db}: run `dvc repro lineage` first")
+    return duckdb.connect(str(db), read_only=True)

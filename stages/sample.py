@@ -1,0 +1,18 @@
+"""DVC stage `sample`: build the embedded default corpus from the Python installation it runs in."""
+
+from tokenmill.runtime import StageRun, load_params
+from tokenmill.sample import build_sample
+
+
+def main() -> None:
+    p = load_params()["sample"]
+    with StageRun("sample", "data/sample", p) as run:
+        # With real sources configured the stage has nothing to do: an empty corpus and a manifest.
+        if p["enabled"]:
+            run.metrics["corpus"] = build_sample(run.tmp, n_docs=p["n_docs"], seed=p["seed"],
+                                                 eval_items=p["eval_items"],
+                                                 planted_eval_items=p["planted_eval_items"])
+
+
+if __name__ == "__main__":
+    main()
