@@ -63,12 +63,25 @@ class Source:
         matched: set[Path] = set()
         for pattern in self.paths:
             hits = [Path(p) for p in glob.glob(os.path.expanduser(pattern), recursive=True)]
-            matched.update(p.resolve() for p in hits if p.is_file())
-        if not matched:
-            raise SourceError(f"source {self.name!r}: no files match {self.paths}")
+            hits = [p.resolve() for p in hits if p.is_file()]
+            if not hits:
+                raise SourceError(f"source {self.name!r}: no files match {pattern!r}")
+            matched.update(hits)
         files = sorted(matched)
-        root = Path(self.root).resolve() if self.root else Path(os.path.commonpath([p.parent for p in files]))
+        root = Path(self.root).resolve() if self.root else Path(os.path.commonpath([_static_dir(p) for p in self.paths]))
         return [(p, os.path.relpath(p, root)) for p in files]
+
+
+def _static_dir(pattern: str) -> Path:
+    """The directory part of a glob before its first wildcard: names stay put when new files match."""
+    parts = Path(os.path.expanduser(pattern)).parts
+    static = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        static.append(part)
+    d = Path(*static) if static else Path(".")
+    return (d.parent if len(static) == len(parts) else d).resolve()
 
 
 def load_sources(cfg: Mapping[str, Mapping[str, Any]]) -> list[Source]:
@@ -92,7 +105,7 @@ class IngestTask:
 def _records(task: IngestTask) -> Iterator[Record | ReadError]:
     path, fmt = Path(task.path), task.source["format"]
     if fmt in ("warc", "wet", "arc"):
-        return read_archive(path, task.max_payload_bytes)
+        return read_archive(path, task.max_payload_bytes, fmt)
     if fmt == "jsonl":
         return read_jsonl(path, task.fields, task.max_payload_bytes)
     if fmt == "parquet":

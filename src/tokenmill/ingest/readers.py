@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -59,29 +60,41 @@ def open_maybe_compressed(path: Path) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def read_archive(path: Path, max_payload_bytes: int) -> Iterator[Record | ReadError]:
+def read_archive(path: Path, max_payload_bytes: int, fmt: str = "warc") -> Iterator[Record | ReadError]:
     """WARC, WET and ARC files, gzipped per record or not (warcio converts ARC to WARC records)."""
+    is_arc = fmt == "arc"
     with open(path, "rb") as fh:
-        it = ArchiveIterator(fh, arc2warc=True)
-        offset = 0
+        size = os.fstat(fh.fileno()).st_size
+        # arc2warc also makes warcio try every record as WARC *and* ARC: only ARC sources need that.
+        it = ArchiveIterator(fh, arc2warc=is_arc)
+        offset, prev, errs = 0, None, 0
         try:
             for rec in it:
+                if it.err_count != errs and prev is not None:
+                    errs = it.err_count
+                    yield ReadError(prev, "record not followed by a blank line: its Content-Length is wrong")
                 # it.offset is where this record starts; get_record_offset() would consume the body.
                 offset = it.offset
-                record = _archive_record(rec, offset, max_payload_bytes)
+                record = _archive_record(rec, offset, max_payload_bytes, is_arc)
                 yield record
+                prev = offset
                 if record.drop is not None and record.drop.reason == "truncated_record":
                     # Nothing after a truncated member can be located: say where the file broke off.
                     yield ReadError(offset, record.drop.detail)
                     return
         except Exception as exc:  # warcio raises several types for broken files; all mean "stop here"
             yield ReadError(int(it.offset), f"{type(exc).__name__}: {exc}")
+            return
+        if it.err_count != errs and prev is not None:
+            yield ReadError(prev, "record not followed by a blank line: its Content-Length is wrong")
+        if it.offset < size:
+            yield ReadError(int(it.offset), f"unreadable after byte {it.offset} of {size}: the file ends inside a record")
 
 
-def _archive_record(rec, offset: int, max_payload_bytes: int) -> Record:
+def _archive_record(rec, offset: int, max_payload_bytes: int, is_arc: bool = False) -> Record:
     h = rec.rec_headers
     common = dict(locator=str(offset), record_type=rec.rec_type, url=h.get_header("WARC-Target-URI"),
-                  record_id=h.get_header("WARC-Record-ID"), crawl_date=h.get_header("WARC-Date"))
+                  record_id=None if is_arc else h.get_header("WARC-Record-ID"), crawl_date=h.get_header("WARC-Date"))
     if rec.rec_type not in CONTENT_RECORDS:
         block = rec.raw_stream.read()
         if rec.rec_type == "revisit":

@@ -1,0 +1,206 @@
+"""Shared fixtures: where the real data lives, how to run ingest in a scratch directory, conservation checks.
+
+Real-data tests read ../shared/data in place (never copied into the project) and are skipped when it is
+absent, so the suite still runs on a checkout without it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow.parquet as pq
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED = PROJECT_ROOT / ".." / "shared" / "data"
+TABLES = ("documents", "records", "decisions", "read_errors")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quiet_progress():
+    # Set for the whole session (not per test) so that spawned pool workers and Ray inherit it too.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOKENMILL_PROGRESS", "0")
+        yield
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data, resolved; skips the test when the shared data set is not there."""
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data not found at {SHARED}")
+    return SHARED.resolve()
+
+
+@pytest.fixture(scope="session")
+def warc_dir(shared_data: Path) -> Path:
+    d = shared_data / "warc"
+    if not d.is_dir():
+        pytest.skip(f"no {d}")
+    return d
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running ingest and reading back what it wrote
+
+
+@dataclass
+class IngestOutput:
+    dir: Path
+    manifest: dict
+    documents: list[dict]
+    records: list[dict]
+    decisions: list[dict]
+    read_errors: list[dict]
+
+    def parquet_files(self) -> dict[str, bytes]:
+        """Every Parquet file under the output, by relative path, as bytes."""
+        return {str(p.relative_to(self.dir)): p.read_bytes() for p in sorted(self.dir.rglob("*.parquet"))}
+
+    def decision_of(self) -> dict[str, dict]:
+        return {d["doc_id"]: d for d in self.decisions}
+
+    def joined(self) -> list[dict]:
+        """records rows with their decision's action, reason and details merged in."""
+        by_id = self.decision_of()
+        return [{**r, **{k: by_id[r["doc_id"]][k] for k in ("action", "reason", "details")}}
+                for r in self.records if r["doc_id"] in by_id]
+
+
+def _rows(out_dir: Path, table: str) -> list[dict]:
+    files = sorted((out_dir / table).glob("*.parquet"))
+    rows: list[dict] = []
+    for f in files:
+        rows.extend(pq.read_table(f).to_pylist())
+    return rows
+
+
+def load_output(out_dir: Path) -> IngestOutput:
+    out_dir = Path(out_dir)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    return IngestOutput(out_dir, manifest, *(_rows(out_dir, t) for t in TABLES))
+
+
+def run_ingest_in(workdir: Path, sources: Mapping[str, Any], out_name: str = "ingest",
+                  ingest_cfg: Mapping | None = None, execution: Mapping | None = None) -> IngestOutput:
+    """run_ingest with the CWD at workdir (it writes metrics/ relative to the CWD); returns its outputs."""
+    from tokenmill.ingest import run_ingest
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    old = os.getcwd()
+    os.chdir(workdir)
+    try:
+        run_ingest(dict(sources), dict(ingest_cfg or {}), dict(execution or {"workers": 1}), out_name)
+    finally:
+        os.chdir(old)
+    return load_output(workdir / out_name)
+
+
+def assert_conservation(out: IngestOutput) -> None:
+    """Contract 3/4 for ingest: one decision per record, kept = documents, in = kept + dropped."""
+    rec_ids = [r["doc_id"] for r in out.records]
+    dec_ids = [d["doc_id"] for d in out.decisions]
+    doc_ids = [d["doc_id"] for d in out.documents]
+    assert len(rec_ids) == len(set(rec_ids)), "duplicate doc_ids in records"
+    assert len(dec_ids) == len(set(dec_ids)), "a record has more than one decision"
+    assert len(doc_ids) == len(set(doc_ids)), "duplicate doc_ids in documents"
+    assert set(rec_ids) == set(dec_ids), (
+        f"records without a decision: {sorted(set(rec_ids) - set(dec_ids))[:5]}, "
+        f"decisions without a record: {sorted(set(dec_ids) - set(rec_ids))[:5]}")
+    assert all(d["stage"] == "ingest" for d in out.decisions)
+    assert all(d["action"] in ("keep", "drop") for d in out.decisions)
+    kept = {d["doc_id"] for d in out.decisions if d["action"] == "keep"}
+    assert kept == set(doc_ids), "kept decisions and documents differ"
+    assert all(d["reason"] for d in out.decisions), "a decision without a reason"
+
+    counts = out.manifest["counts"]
+    dropped = sum(1 for d in out.decisions if d["action"] == "drop")
+    assert counts["in"] == len(rec_ids) == len(kept) + dropped
+    assert counts["out"] == len(kept)
+    assert counts["by_action"].get("keep", 0) + counts["by_action"].get("drop", 0) == counts["in"]
+    assert counts["by_reason"] == dict(Counter(f"{d['action']}:{d['reason']}" for d in out.decisions))
+    assert out.manifest["read_errors"] == len(out.read_errors)
+
+
+@pytest.fixture(scope="session")
+def ingest_in():
+    """The run_ingest_in helper, for fixtures of any scope."""
+    return run_ingest_in
+
+
+@pytest.fixture
+def ingest(tmp_path, monkeypatch):
+    """ingest(sources, **kw) -> IngestOutput, run in this test's tmp_path."""
+    monkeypatch.chdir(tmp_path)
+
+    def _run(sources, out_name="ingest", ingest_cfg=None, execution=None):
+        return run_ingest_in(tmp_path, sources, out_name, ingest_cfg, execution)
+
+    return _run
+
+
+@pytest.fixture(scope="session")
+def conservation():
+    return assert_conservation
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building small WARC files
+
+
+def http_response_record(writer, url: str, body: bytes, content_type: str | None = "text/html",
+                         status: str = "200 OK", extra_headers=(), date: str = "2024-01-01T00:00:00Z",
+                         record_id: str | None = None):
+    """A WARC response record with HTTP headers, built with warcio's WARCWriter."""
+    from warcio.statusandheaders import StatusAndHeaders
+
+    headers = ([("Content-Type", content_type)] if content_type else []) + list(extra_headers)
+    http = StatusAndHeaders(status, headers, protocol="HTTP/1.1")
+    warc_headers = {"WARC-Date": date}
+    if record_id:
+        warc_headers["WARC-Record-ID"] = record_id
+    rec = writer.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http,
+                                    warc_headers_dict=warc_headers)
+    writer.write_record(rec)
+
+
+class WarcBuilder:
+    """Small WARC files for tests, written with warcio's WARCWriter.
+
+    A page is a dict: url, body and optionally content_type, status, extra_headers, date, record_id.
+    Record ids are fixed (derived from the page's position) so generated files are reproducible.
+    """
+
+    @staticmethod
+    def _with_id(page: Mapping, i: int) -> dict:
+        page = dict(page)
+        page.setdefault("record_id", f"<urn:uuid:00000000-0000-4000-8000-{i:012d}>")
+        return page
+
+    @classmethod
+    def record(cls, page: Mapping, i: int = 0, gzip: bool = False) -> bytes:
+        """The bytes of one record (one gzip member when gzip=True)."""
+        from warcio.warcwriter import WARCWriter
+
+        buf = io.BytesIO()
+        http_response_record(WARCWriter(buf, gzip=gzip), **cls._with_id(page, i))
+        return buf.getvalue()
+
+    def __call__(self, path: Path, pages, gzip: bool = True) -> Path:
+        """Write pages to path as one WARC file (one gzip member per record when gzip=True)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(self.record(p, i, gzip) for i, p in enumerate(pages)))
+        return path
+
+
+@pytest.fixture(scope="session")
+def warc_builder() -> WarcBuilder:
+    return WarcBuilder()
