@@ -146,6 +146,7 @@ class StageRun:
         os.replace(self.tmp, self.out_dir)
         shutil.rmtree(old, ignore_errors=True)
         # Metrics hold only deterministic numbers so `dvc metrics diff` compares like with like.
-        write_json(self.metrics_dir / f"{self.stage}.json", {"documents": counts, **self.metrics})
+        documents = {"documents": counts} if self.reasons else {}  # only stages that decide per document
+        write_json(self.metrics_dir / f"{self.stage}.json", {**documents, **self.metrics})
         self.manifest = manifest
         return False
