@@ -70,15 +70,21 @@ def process_shard(task: ShardTask) -> dict:
     return {"counts": dict(counts)}
 
 
+def map_document_shards(run: StageRun, input_stage: str, processor: str, params: Mapping,
+                        execution_cfg: Mapping | None, data_root: str | Path = "data") -> None:
+    """Apply `processor` to every document shard of `input_stage`, writing into `run`'s output."""
+    data_root = Path(data_root)
+    shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
+    run.input_hashes[input_stage] = tree_digest(data_root / input_stage / "documents")
+    tasks = [ShardTask(run.stage, processor, dict(params), str(p), str(run.tmp)) for p in shards]
+    with make_executor(execution_cfg) as ex:
+        for result in ex.map(process_shard, tasks, desc=run.stage):
+            run.add_counts(result["counts"])
+
+
 def run_document_stage(stage: str, input_stage: str, processor: str, params: Mapping,
                        execution_cfg: Mapping | None, data_root: str | Path = "data") -> dict:
     """Run `processor` over every document shard of `input_stage`; outputs go to data_root/stage."""
-    data_root = Path(data_root)
-    shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
-    with StageRun(stage, data_root / stage, dict(params), input_stage=input_stage) as run:
-        run.input_hashes[input_stage] = tree_digest(data_root / input_stage / "documents")
-        tasks = [ShardTask(stage, processor, dict(params), str(p), str(run.tmp)) for p in shards]
-        with make_executor(execution_cfg) as ex:
-            for result in ex.map(process_shard, tasks, desc=stage):
-                run.add_counts(result["counts"])
+    with StageRun(stage, Path(data_root) / stage, dict(params), input_stage=input_stage) as run:
+        map_document_shards(run, input_stage, processor, params, execution_cfg, data_root)
     return run.manifest
