@@ -1,0 +1,392 @@
+"""Detectors for personal data in text. Each finds the spans of one entity type; `find_all` merges them.
+
+Every detector is a candidate regex followed by a validity check in Python, because a regex alone cannot
+tell a card number from a long id (Luhn), an IBAN from a product code (mod-97), or a phone number from a
+date or a list of numbers. The checks are deliberately strict: a missed number costs less than a page of
+technical text (version strings, addresses in tutorials, tables of figures) redacted by mistake.
+
+What each type means here (tests/test_pii.py measures it on labelled real data):
+
+- email: local@domain.tld, ASCII; a final label that is a file extension ("logo@2x.png", "a@mm.html" in a
+  URL path) is not a domain.
+- phone: numbers written the way people write phone numbers, with separators:
+  international "+CC ..." (8-15 digits, a "(0)" trunk allowed) or "00CC ..."; North American
+  "(AAA) EEE-LLLL", "AAA-EEE-LLLL", "AAA.EEE.LLLL", "AAA EEELLLL", optionally "1-" first (area and exchange
+  start with 2-9); national numbers with a trunk 0: "020 7393 1500", "0775 2212 211" (9-12 digits, 2+ groups).
+  Not phones: bare digit strings such as "4258829090" (ids, timestamps), dates, times, version numbers,
+  ISBN/ISSN, runs of small numbers ("08 09 10 11 12"), round figures ("250 500 1000").
+- ip_address: IPv4 with octets 0-255 (no leading zeros; not a version: four single digits "2.9.0.5", or
+  right after "version"/"v"/"build"/...), IPv6 in any RFC 4291/5952 form (checked with the ipaddress
+  module; at least two non-empty groups and one digit, so "::" and "a::b" in code are not addresses).
+  Every valid address is redacted by default: the labelled sets count 192.168.0.1 as personal data, and
+  the sample corpus plants documentation and private ranges as its IP ground truth. keep_private_ip (as
+  datatrove's PII formatter does) redacts only globally routable unicast addresses, leaving private,
+  loopback, link-local, documentation, multicast and reserved ranges, which identify no one and fill
+  networking tutorials.
+- credit_card: 13-19 digits, bare or in 4-4-4-x / 4-6-5 / 4-6-4 groups (space or dash, consistent),
+  first digit 2-6 (the payment-card industries), Luhn-valid, not a YYYYMMDDhhmm[ss...] timestamp (one in ten
+  passes Luhn) and not in a URL path.
+- iban: country code + 2 check digits + BBAN, compact or in groups of 4 separated by single spaces,
+  upper case, the length of the ISO 13616 registry for that country, mod-97 == 1.
+- ssn: AAA-GG-SSSS with "-" or " " (the same both times); area not 000, 666 or 9xx, group not 00,
+  serial not 0000. Undelimited nine-digit numbers are not matched: without context they are any id.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Callable, NamedTuple
+
+# Types in tie-break order: when two matches of equal length overlap, the earlier type wins.
+TYPES = ("iban", "credit_card", "ssn", "email", "ip_address", "phone")
+
+
+class Match(NamedTuple):
+    start: int
+    end: int
+    type: str
+
+
+# --------------------------------------------------------------------------------------------- email
+
+# Regexes here begin with a literal character or character class, never with a lookbehind: Python's re
+# then skips quickly to candidate positions, which makes the stage several times faster.
+_EMAIL_DOMAIN = re.compile(
+    r"@((?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24})(?![A-Za-z0-9\-])"
+)
+_EMAIL_LOCAL = re.compile(r"[A-Za-z0-9._%+\-]{1,64}$")  # searched backwards from the "@"
+_LOCAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+# Final labels that are file extensions, not top-level domains: "icon@2x.png", ".../w32.vote.a@mm.html".
+_FILE_EXTENSIONS = frozenset(
+    "html htm xhtml shtml php asp aspx jsp cgi png jpg jpeg gif svg webp bmp ico tif tiff css js mjs json "
+    "xml txt pdf doc docx xls xlsx ppt pptx csv zip gz tgz rar mp3 mp4 wav avi mov webm".split()
+)
+
+
+def find_emails(text: str) -> list[tuple[int, int]]:
+    if "@" not in text:
+        return []
+    out = []
+    for m in _EMAIL_DOMAIN.finditer(text):
+        at = m.start()
+        local = _EMAIL_LOCAL.search(text, max(0, at - 64), at)
+        if local is None:
+            continue
+        start = local.start()
+        if start > 0 and text[start - 1] in _LOCAL_CHARS:
+            continue  # a local part longer than 64 characters: some other token
+        while text[start] == ".":
+            start += 1
+        if start == at or text[at - 1] == ".":
+            continue
+        if m.group(1).rsplit(".", 1)[1].lower() not in _FILE_EXTENSIONS:
+            out.append((start, m.end()))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- phone
+
+# A run: groups of digits (a group may be parenthesised, the first may start with "+") joined by single
+# separators. Runs are found first and then cut into phone numbers, so that "052 5552606 074-7111234"
+# gives two numbers and "09 10 11 12 13 14" none.
+_GROUP = r"(?:\([+]?[0-9]{1,5}\)|[0-9]+)"
+_SEP = r"[ .\-\u00a0]"
+_PHONE_RUN = re.compile(
+    # The first character, "+", "(" or a digit, not in the middle of a word, number, path or amount ...
+    r"[0-9(+](?<![\w/@$#%&=+][0-9(+])(?<![0-9][.,\-][0-9(+])"
+    r"(?=[0-9()+ .\-\u00a0]{6})"  # (a run shorter than 7 characters is no phone number: skip it early)
+    # ... completed to the first group: "(425)", "(+32)", "+32", "+(32)" or digits ...
+    r"(?:(?<=\()[+]?[0-9]{1,5}\)|(?<=\+)" + _GROUP + r"|(?<=[0-9])[0-9]*)"
+    # ... then more groups, each after one separator (none is needed next to a parenthesis).
+    rf"(?:(?:{_SEP}|(?<=\))|(?=\())[+]?{_GROUP})*"
+)
+_RUN_GROUP = re.compile(rf"[+]?{_GROUP}")
+_DATE = re.compile(r"[0-9]{1,2}([./\-])[0-9]{1,2}\1(?:19|20)[0-9][0-9](?![0-9])"
+                   r"|(?:19|20)[0-9][0-9]([./\-])[0-9]{1,2}\2[0-9]{1,2}(?![0-9])")
+_IDD = re.compile(r"00[1-9][0-9]{0,2}$")  # the international call prefix 00 and a country code
+_ISBN_CONTEXT = re.compile(r"(?:ISBN|ISSN)(?:-1[03])?:?\s*$", re.IGNORECASE)
+
+
+class _Group(NamedTuple):
+    start: int
+    end: int
+    digits: str
+    paren: bool
+    plus: bool
+    sep: str  # the separator before this group in its run ("" for the first)
+
+
+def _phone_kind(groups: list[_Group]) -> bool:
+    """Is this sequence of groups, read as one number, a phone number in one of the accepted forms?"""
+    first = groups[0]
+    if any(g.plus for g in groups[1:]):
+        return False
+    if first.plus or (_IDD.match(first.digits) and not first.paren and len(groups) > 1):
+        # International: +CC or 00CC, then any grouping; "(0)" is the optional national trunk prefix.
+        digits = "".join(g.digits for g in groups if not (g.paren and g.digits == "0"))
+        if not first.plus:
+            digits = digits[2:]
+        return 8 <= len(digits) <= 15 if len(groups) > 1 else 10 <= len(digits) <= 15
+    if len(groups) < 2:
+        return False  # bare digit strings are ids, not phones
+    sizes = [len(g.digits) for g in groups]
+    if first.digits.startswith("0"):
+        # National number with trunk prefix 0 ("020 7393 1500"). An area code never starts with 0, and
+        # 3-2-4 is the shape of an SSN, not of a national number.
+        if not 2 <= sizes[0] <= 5 or first.digits[1] == "0" or sizes == [3, 2, 4]:
+            return False
+        if any(g.paren or len(g.digits) < 2 for g in groups[1:]):
+            return False
+        return 9 <= sum(sizes) <= 12
+    # North American numbering plan, optionally preceded by the country code 1.
+    if first.digits == "1" and not first.paren:
+        groups, sizes = groups[1:], sizes[1:]
+    if any(g.paren for g in groups[1:]) or sizes not in ([3, 3, 4], [3, 7]):
+        return False
+    if sizes == [3, 7] and groups[1].sep not in (" ", "\u00a0"):
+        return False  # "256-8388607" is a range; "425 8829090" is how people write a number
+    area, exchange = groups[0].digits, groups[1].digits
+    return area[0] in "23456789" and exchange[0] in "23456789"
+
+
+def _looks_like_figures(text: str, groups: list[_Group]) -> bool:
+    """Dates, counting sequences and round figures that happen to have a phone number's shape."""
+    if _DATE.match(text[groups[0].start:groups[-1].end]):
+        return True
+    if len(groups) >= 4 and all(len(g.digits) <= 2 for g in groups):
+        values = [int(g.digits) for g in groups]
+        if all(b - a == 1 for a, b in zip(values, values[1:])):
+            return True
+    spaced = all(g.sep in (" ", "\u00a0") for g in groups[1:])
+    return len(groups) > 1 and spaced and all(len(g.digits) >= 2 and g.digits.endswith("0") for g in groups)
+
+
+def find_phones(text: str) -> list[tuple[int, int]]:
+    out = []
+    for run in _PHONE_RUN.finditer(text):
+        if run.end() - run.start() < 7 or not any(c in run.group() for c in " .-\u00a0()+"):
+            continue  # a bare digit string is an id, not a phone number
+        if _ISBN_CONTEXT.search(text, max(0, run.start() - 12), run.start()):
+            continue
+        groups, prev = [], run.start()
+        for m in _RUN_GROUP.finditer(text, run.start(), run.end()):
+            g = m.group()
+            groups.append(_Group(m.start(), m.end(), g.strip("+()"), g.lstrip("+").startswith("("), "+" in g,
+                                 text[prev:m.start()]))
+            prev = m.end()
+        found: list[tuple[int, int]] = []  # group index ranges [i, j)
+        i = 0
+        while i < len(groups):
+            g = groups[i]
+            if not (g.plus or g.paren or g.digits[0] == "0" or g.digits == "1" or len(g.digits) == 3):
+                i += 1  # no accepted form starts with this group (a year, a count, ...)
+                continue
+            for j in range(min(len(groups), i + 7), i, -1):
+                if _phone_kind(groups[i:j]) and not _looks_like_figures(text, groups[i:j]):
+                    found.append((i, j))
+                    i = j
+                    break
+            else:
+                i += 1
+        for i, j in found:
+            # A number glued to a neighbour in the same run that is not itself a phone number is part of
+            # something else when the neighbour is short ("page 2 020 7393 1500", "09 10 ... 14") or joined
+            # by the number's own separator ("4532 0151 1283 0367", a card number that failed Luhn).
+            seps = {g.sep for g in groups[i + 1:j]}
+            if i > 0 and not any(b == i for _, b in found) and (
+                    len(groups[i - 1].digits) <= 2 or {groups[i].sep} == seps):
+                continue
+            if j < len(groups) and not any(a == j for a, _ in found) and (
+                    len(groups[j].digits) <= 2 or {groups[j].sep} == seps):
+                continue
+            start, end = groups[i].start, groups[j - 1].end
+            if text.startswith(":", end) and end + 1 < len(text) and text[end + 1].isdigit():
+                continue  # a time follows: "02-10-2018 10:30"
+            out.append((start, end))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- ip address
+
+# Loose shape first (four dotted groups of 1-3 digits, not inside a longer dotted number), octets checked
+# in Python.
+_IPV4 = re.compile(r"[0-9](?<![\w.][0-9])[0-9]{0,2}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}(?![\w]|\.[0-9])")
+_IPV6_HINT = re.compile(r":[0-9A-Fa-f]{0,4}:")  # every IPv6 address has two colons at most 5 apart
+_IPV6_CHARS = frozenset("0123456789abcdefABCDEF:.")
+_VERSION_CONTEXT = re.compile(r"(?:\bv|\bver|version|release|build|firmware|update|patch)\.?:?\s*$", re.IGNORECASE)
+
+
+def _routable(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return addr.is_global and not addr.is_multicast
+
+
+def find_ips(text: str, keep_private: bool = False) -> list[tuple[int, int]]:
+    out = []
+    if "." in text:
+        for m in _IPV4.finditer(text):
+            if any(len(o) > 1 and (o[0] == "0" or int(o) > 255) for o in m.group().split(".")):
+                continue
+            if _VERSION_CONTEXT.search(text, max(0, m.start() - 12), m.start()) or len(m.group()) == 7:
+                continue  # "version 10.0.0.210", "Desktop 2.9.0.5": four single-digit parts are a version
+            if not keep_private or _routable(ipaddress.IPv4Address(m.group())):
+                out.append((m.start(), m.end()))
+    if ":" in text:
+        done = 0
+        for hint in _IPV6_HINT.finditer(text):
+            if hint.start() < done:
+                continue
+            # The address is the whole run of hex digits, colons and dots around the hint.
+            start, end = hint.start(), hint.end()
+            while start > 0 and text[start - 1] in _IPV6_CHARS:
+                start -= 1
+            while end < len(text) and text[end] in _IPV6_CHARS:
+                end += 1
+            done = end
+            while end > start and text[end - 1] == ".":
+                end -= 1  # the full stop of a sentence
+            if (start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_")) or (
+                    end < len(text) and (text[end].isalnum() or text[end] == "_")):
+                continue
+            candidate = text[start:end]
+            if sum(1 for g in candidate.split(":") if g) < 2 or not any(c.isdigit() for c in candidate):
+                continue  # "::", "a::b" (C++, Perl): no address anyone writes like that
+            try:
+                addr = ipaddress.IPv6Address(candidate)
+            except ValueError:
+                continue
+            if not keep_private or _routable(addr):
+                out.append((start, end))
+    return out
+
+
+# --------------------------------------------------------------------------------------- credit card
+
+_CARD = re.compile(
+    r"[0-9](?<![\w\-./][0-9])"  # the first digit, not continuing a word, number or URL path
+    r"(?:[0-9]{3}([ \-])[0-9]{4}\1[0-9]{4}\1[0-9]{1,7}|[0-9]{3}([ \-])[0-9]{6}\2[0-9]{4,5}|[0-9]{12,18})"
+    r"(?![\w]|[.\-][0-9])"
+)
+
+
+# YYYYMMDDhhmm at the start of a longer digit string: crawl, log and file-name timestamps.
+_TIMESTAMP = re.compile(r"(?:19|20)[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])(?:[01][0-9]|2[0-3])[0-5][0-9]")
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def find_cards(text: str) -> list[tuple[int, int]]:
+    out = []
+    for m in _CARD.finditer(text):
+        digits = m.group().replace(" ", "").replace("-", "")
+        if not 13 <= len(digits) <= 19 or digits[0] not in "23456" or not luhn_valid(digits):
+            continue
+        if _TIMESTAMP.match(digits):
+            continue  # 20080430204832: a crawl or log timestamp that happens to pass Luhn
+        if _ISBN_CONTEXT.search(text, max(0, m.start() - 12), m.start()):
+            continue
+        out.append((m.start(), m.end()))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- iban
+
+# Total IBAN length per country, from the SWIFT IBAN registry (ISO 13616).
+IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BI": 27,
+    "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DJ": 27, "DK": 18, "DO": 28,
+    "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FK": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23,
+    "GL": 18, "GR": 27, "GT": 28, "HN": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
+    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21,
+    "LY": 25, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MN": 20, "MR": 27, "MT": 31, "MU": 30, "NI": 28,
+    "NL": 18, "NO": 15, "OM": 23, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22,
+    "RU": 33, "SA": 24, "SC": 31, "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "SO": 23, "ST": 25,
+    "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
+}
+_IBAN_START = re.compile(r"[A-Z](?<![A-Za-z0-9][A-Z])[A-Z][0-9][0-9](?=[ ]?[A-Z0-9])")
+
+
+def iban_valid(iban: str) -> bool:
+    if IBAN_LENGTHS.get(iban[:2]) != len(iban):
+        return False
+    rearranged = iban[4:] + iban[:4]
+    return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
+
+
+def find_ibans(text: str) -> list[tuple[int, int]]:
+    out = []
+    for m in _IBAN_START.finditer(text):
+        length = IBAN_LENGTHS.get(m.group()[:2])
+        if length is None:
+            continue
+        # Read exactly `length` characters, allowing single spaces between them (the printed form).
+        chars, pos = [], m.start()
+        while len(chars) < length and pos < len(text):
+            c = text[pos]
+            if c.isascii() and (c.isdigit() or c.isupper()):
+                chars.append(c)
+                pos += 1
+            elif c == " " and chars and pos + 1 < len(text) and text[pos + 1] != " ":
+                pos += 1
+            else:
+                break
+        if len(chars) == length and not (pos < len(text) and text[pos].isalnum()) and iban_valid("".join(chars)):
+            out.append((m.start(), pos))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- ssn
+
+_SSN = re.compile(r"[0-9](?<![\w\-.][0-9])[0-9]{2}([\- ])[0-9]{2}\1[0-9]{4}(?![\w]|[.\-][0-9])")
+
+
+def find_ssns(text: str) -> list[tuple[int, int]]:
+    out = []
+    for m in _SSN.finditer(text):
+        area, group, serial = m.group()[:3], m.group()[4:6], m.group()[7:]
+        if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
+            continue
+        out.append((m.start(), m.end()))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- merge
+
+DETECTORS: dict[str, Callable[..., list[tuple[int, int]]]] = {
+    "email": find_emails,
+    "phone": find_phones,
+    "ip_address": find_ips,
+    "credit_card": find_cards,
+    "iban": find_ibans,
+    "ssn": find_ssns,
+}
+
+
+def find_all(text: str, types: tuple[str, ...] = TYPES, keep_private_ip: bool = False) -> list[Match]:
+    """Non-overlapping matches of the given types, in text order.
+
+    Overlaps are resolved the same way every time: the longest span wins, then the type earlier in TYPES,
+    then the earlier start. So an IBAN's digits are not also a phone number, and an e-mail address with
+    digits in it is one e-mail address.
+    """
+    candidates = []
+    for t in types:
+        spans = find_ips(text, keep_private_ip) if t == "ip_address" else DETECTORS[t](text)
+        candidates.extend(Match(s, e, t) for s, e in spans)
+    if len(candidates) < 2:
+        return candidates
+    rank = {t: i for i, t in enumerate(TYPES)}
+    candidates.sort(key=lambda m: (m.start - m.end, rank[m.type], m.start))
+    chosen: list[Match] = []
+    for m in candidates:
+        if all(m.end <= c.start or c.end <= m.start for c in chosen):
+            chosen.append(m)
+    return sorted(chosen)
