@@ -37,7 +37,7 @@ GENERIC_REASONS = {"spam", "boilerplate"}
 
 def _check_planted_cases(con, cases, stages) -> set[str]:
     """Every planted case has, at every stage that ran, the decision its ground truth expects."""
-    checked = set()
+    checked, reached = set(), {"exact_duplicate": [], "near_duplicate": []}
     for case in cases:
         ids = [r[0] for r in con.execute(
             "SELECT doc_id FROM records WHERE url = ? AND record_type NOT IN ('request', 'warcinfo', 'metadata')",
@@ -45,6 +45,10 @@ def _check_planted_cases(con, cases, stages) -> set[str]:
         assert len(ids) == 1, (case, ids)
         decisions = dict((stage, (action, reason)) for stage, action, reason in con.execute(
             "SELECT stage, action, reason FROM decisions WHERE doc_id = ?", ids).fetchall())
+        if "of_url" in case and case["expect"].get("dedup", "").startswith("drop:") and "dedup" in stages:
+            reached[case["case"]].append(_check_duplicate_pair(con, case))
+            checked.add(case["case"])
+            continue
         for stage, expected in case["expect"].items():
             if stage not in stages:
                 continue
@@ -52,6 +56,9 @@ def _check_planted_cases(con, cases, stages) -> set[str]:
             if dropped_before and expected.split(":", 1)[-1] in GENERIC_REASONS:
                 # Main-content extraction can leave nothing of a boilerplate page: caught earlier, still caught.
                 checked.add(case["case"])
+                continue
+            if dropped_before and expected == "keep" and stage != "ingest":
+                # A negative control ("this stage must not drop it") holds trivially when it never got there.
                 continue
             assert stage in decisions, (case, "never reached", stage, decisions)
             action, reason = decisions[stage]
@@ -62,7 +69,35 @@ def _check_planted_cases(con, cases, stages) -> set[str]:
                 assert action == "drop", (case, decisions)
                 assert want in GENERIC_REASONS or reason == want, (case, decisions)
             checked.add(case["case"])
+    for kind, got in reached.items():
+        assert sum(got) >= max(1, len(got) / 2), (kind, "too few planted pairs reached dedup", got)
     return checked
+
+
+def _check_duplicate_pair(con, case):
+    """Dedup keeps one of a duplicate pair by its own rule (not necessarily the original): exactly one of
+    the two goes, with the expected reason, naming the other as what it duplicates."""
+    reason = case["expect"]["dedup"].split(":", 1)[1]
+    pair = {}
+    for url in (case["url"], case["of_url"]):
+        pair[url] = con.execute("""SELECT r.doc_id, d.action, d.reason, d.details FROM records r
+            JOIN decisions d ON d.doc_id = r.doc_id AND d.stage = 'dedup'
+            WHERE r.url = ? AND r.record_type = 'response'""", [url]).fetchone()
+    if pair[case["url"]] is None and pair[case["of_url"]] is None:
+        # Both dropped before dedup (identical texts meet identical fates; near copies nearly always do):
+        # neither reaches training. The caller requires most planted pairs to reach dedup.
+        fates = [con.execute("SELECT dropped_at, drop_reason FROM documents WHERE url = ? AND record_type = 'response'",
+                             [u]).fetchone() for u in (case["url"], case["of_url"])]
+        assert all(f[0] is not None for f in fates), (case, fates)
+        if case["case"] == "exact_duplicate":
+            assert fates[0] == fates[1], (case, fates)
+        return False
+    assert None not in pair.values(), (case, pair, "only one of the pair reached dedup")
+    dropped = [v for v in pair.values() if v[1] == "drop"]
+    assert len(dropped) == 1 and dropped[0][2] == reason, (case, pair)
+    other = next(v for v in pair.values() if v[1] != "drop")
+    assert json.loads(dropped[0][3])["duplicate_of"] == other[0], (case, pair)
+    return True
 
 
 @pytest.mark.slow
@@ -82,7 +117,7 @@ def test_demo_dag(tmp_path):
             conf_dir=repo / "conf", output=repo / "params.yaml")
 
     out = _run(["dvc", "repro"], repo).stdout
-    for stage in ("sample", "ingest", "lineage"):
+    for stage in ("sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "lineage"):
         assert f"Running stage '{stage}'" in out
     verify = _run(["tokenmill", "audit", "verify"], repo)
     assert "conservation holds" in verify.stdout
@@ -91,7 +126,14 @@ def test_demo_dag(tmp_path):
     con = lineage.connect(repo / "lineage" / lineage.DB_NAME)
     stages = [r[0] for r in con.execute("SELECT stage FROM stage_runs ORDER BY stage_order").fetchall()]
     checked = _check_planted_cases(con, truth["cases"], stages)
-    assert {"truncated_record", "non_utf8", "non_english", "spam", "boilerplate"} <= checked
+    assert {"truncated_record", "non_utf8", "non_english", "spam", "boilerplate", "pii", "exact_duplicate",
+            "near_duplicate", "contaminated"} <= checked
+
+    # Every planted benchmark item is in the contamination table, against the page it was planted in.
+    contaminated = {(url, item) for url, item in con.execute("""SELECT r.url, c.item_id FROM contamination c
+        JOIN records r USING (doc_id) WHERE c.contaminated""").fetchall()}
+    for case in (c for c in truth["cases"] if c["case"] == "contaminated"):
+        assert (case["url"], case["eval_item"]) in contaminated, case
 
     # Non-UTF-8 pages are decoded with their declared charset: the extracted text holds the snippet.
     docs = con.execute("SELECT url, text, charset FROM read_parquet(?)",
@@ -101,6 +143,16 @@ def test_demo_dag(tmp_path):
         text, charset = text_of[case["url"]]
         assert case["snippet"] in text, (case, charset)
 
+    # Planted personal data is gone after the pii stage; Luhn-invalid card-like numbers are left alone.
+    pii_text = dict(con.execute("SELECT url, text FROM read_parquet(?)",
+                                [str(repo / "data" / "pii" / "documents" / "*.parquet")]).fetchall())
+    pii_cases = [c for c in truth["cases"] if c["case"] == "pii"]
+    assert pii_cases and all(c["url"] in pii_text for c in pii_cases)
+    for case in pii_cases:
+        for entity in case["entities"]:
+            present = entity["value"] in pii_text[case["url"]]
+            assert present == (entity["type"] == "not_credit_card"), (case["url"], entity)
+
     # The audit explains the truncated record, a non-UTF-8 page and a normal page.
     ingest_cases = [c for c in truth["cases"] if "ingest" in c["expect"]]
     truncated = next(c for c in ingest_cases if c["case"] == "truncated_record")
@@ -109,7 +161,15 @@ def test_demo_dag(tmp_path):
     non_utf8 = next(c for c in ingest_cases if c["case"] == "non_utf8")
     shown = _run(["tokenmill", "audit", "doc", non_utf8["url"]], repo).stdout
     assert "keep (extracted)" in shown
-    normal = con.execute("SELECT url FROM documents WHERE source = 'sample_code' LIMIT 1").fetchone()[0]
+    near = next(c for c in truth["cases"] if c["case"] == "near_duplicate" and c["expect"])
+    dup_id = con.execute("""SELECT doc_id FROM decisions WHERE stage = 'dedup' AND reason = 'near_duplicate'
+                            LIMIT 1""").fetchone()[0]
+    shown = _run(["tokenmill", "audit", "doc", dup_id], repo).stdout
+    assert "near_duplicate" in shown and "duplicate_of" in shown and "cluster_id" in shown
+    planted = next(c for c in truth["cases"] if c["case"] == "contaminated")
+    shown = _run(["tokenmill", "audit", "doc", planted["url"]], repo).stdout
+    assert "contaminated" in shown and planted["eval_item"] in shown
+    normal = con.execute("SELECT url FROM documents WHERE source = 'sample_code' AND fate = 'kept' LIMIT 1").fetchone()[0]
     assert "kept by every stage" in _run(["tokenmill", "audit", "doc", normal], repo).stdout
     con.close()
 

@@ -14,6 +14,8 @@ import duckdb
 from tokenmill.runtime import StageRun
 
 DB_NAME = "lineage.duckdb"
+# Tables a stage writes beside its documents and decisions, loaded under the same name.
+STAGE_TABLES = {"decontaminate": ["contamination"]}
 
 
 def _glob(data_root: Path, stage: str, table: str) -> str:
@@ -53,6 +55,10 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
                     f"FROM read_parquet('{_glob(data_root, stage, 'decisions')}')")
         con.execute(f"INSERT INTO stage_outputs SELECT {order}, '{stage}', doc_id, length(text) "
                     f"FROM read_parquet('{_glob(data_root, stage, 'documents')}')")
+
+    for stage in stages:
+        for table in STAGE_TABLES.get(stage, []):
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{_glob(data_root, stage, table)}')")
 
     # The fate of every record: dropped where a stage dropped it, otherwise kept by the last stage.
     con.execute("""CREATE TABLE documents AS

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import multiprocessing
 import os
 import re
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -74,6 +76,14 @@ def training_examples(input_glob: str, params: Mapping) -> tuple[list[str], list
 
 
 def train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: Path) -> dict:
+    """Train in a fresh process: fastText's trainer has hit NaN in processes that had already run other
+    native code (seen under pytest), never in a clean one, and the model must not depend on what ran before."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_train, pos, neg, dict(model_cfg), str(out_path)).result()
+
+
+def _train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: str) -> dict:
     import fasttext
 
     rng = np.random.default_rng(int(model_cfg["seed"]))
@@ -90,7 +100,7 @@ def train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: Path) ->
                                           thread=1, verbose=0)
     finally:
         os.unlink(train_file)
-    model.save_model(str(out_path))
+    model.save_model(out_path)
     return {"positives": len(pos), "negatives": len(neg)}
 
 
@@ -145,6 +155,13 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
         pos, neg = training_examples(input_glob, params)
         model_path = run.tmp / "model.bin"
         run.extra["training"] = train(pos, neg, params["model"], model_path)
+        # A classifier that did not learn scores everything alike, and its cut would be a random sample:
+        # refuse to apply it rather than filter the corpus by noise.
+        sep = float(hq_probability(str(model_path), pos).mean() - hq_probability(str(model_path), neg).mean())
+        run.extra["training"]["separation"] = run.metrics["training_separation"] = round(sep, 6)
+        if sep < float(params.get("min_separation", 0.2)):
+            raise ValueError(f"quality: the classifier did not learn (mean P(hq) of positives minus negatives = "
+                             f"{sep:.4f} < min_separation); raise quality.model.epoch or lr, or add examples")
         if keep["mode"] == "threshold":
             cutoff = float(keep["threshold"])
         else:

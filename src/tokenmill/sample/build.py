@@ -15,6 +15,11 @@ Layout written under out_dir:
     licenses/<name>.txt              licence texts shipped in dist-info folders (natural near-duplicates)
     eval/heldout.jsonl               multiple-choice items cut from reference documents left out above
     ground_truth.json                {"params", "counts", "cases"}: planted pages and what each stage should do
+
+Each case names its page ("url", exactly as in the WARC, and "file") and "expect": {stage: fate} for the
+stage(s) that decide it, a fate being "keep", "modify" or "drop:<reason>"; other stages are unspecified.
+Copies (exact and near duplicates) always come after their original ("of_url") in crawl order.
+The return value is ground_truth.json's "counts".
 """
 
 from __future__ import annotations
@@ -32,18 +37,22 @@ import zstandard
 
 from . import pages as P
 from . import plant, sources, stdlib
-from .markup import Block, block, prose_words, slug
+from .markup import Block, block, prose_score, prose_words, slug
 from .site import Page, Site
 from .warc import write_crawl, write_truncated
 
-SHARES = {"web": 0.64, "code": 0.22, "reference": 0.14}  # of the documents left after licences
+SHARES = {"code": 0.22, "reference": 0.14}  # of the documents left after licences; the crawl takes the rest
 LICENCE_SHARE, LICENCE_CAP = 0.025, 300
 PAGES_PER_WARC = 2000
 DOCS_PER_SHARD = 5000  # code JSONL lines / reference Parquet rows per file
 BASE_CASES = {"exact_duplicate": 30, "near_duplicate": 40, "spam": 20, "boilerplate": 20, "pii": 30, "non_english": 20}
-NEAR_DUP_RATES = (0.02, 0.05, 0.1, 0.2, 0.3)
-NEAR_DUP_THRESHOLD = 0.7  # Jaccard of word 5-gram sets at or above which a copy is expected to be dropped
-GUARD_NGRAM = 13  # corpus documents sharing a word 13-gram with an eval passage are left out
+NEAR_DUP_RATES = (0.003, 0.01, 0.05, 0.1, 0.2)
+# Expected fates of near-duplicate copies, from the Jaccard of word 5-gram sets: dedup's default threshold is
+# 0.8 and a 128-permutation MinHash estimate has a standard error of about 0.035, so copies between these two
+# bounds may go either way and carry no expectation.
+NEAR_DUP_DROP_ABOVE = 0.88
+NEAR_DUP_KEEP_BELOW = 0.70
+GUARD_NGRAM = 8  # corpus documents sharing a word 8-gram with an eval passage are left out (about 50 at default size)
 TRUNCATED_FILE = "web/crawl-truncated.warc.gz"
 TRUNCATED_PAGES = 4  # 3 complete + 1 cut off
 
@@ -173,6 +182,8 @@ def build_web(dists, n_web: int, n_cases: dict, items: list[dict], guard: Guard,
     planted_kinds = ("exact_duplicate", "near_duplicate", "spam", "boilerplate", "pii", "non_utf8", "non_english", "contaminated")
     n_fresh = n_cases["pii"] + n_cases["contaminated"] + n_cases["non_utf8"] + TRUNCATED_PAGES
     n_normal = n_web - sum(n_cases[k] for k in planted_kinds) - TRUNCATED_PAGES
+    if n_normal < 50:
+        raise ValueError(f"a crawl of {n_web} pages is too small for the planted cases; use n_docs >= 300 or so")
 
     # Normal pages: README sections up to half, API pages from docstrings for the rest.
     seen: set[str] = set()
@@ -207,10 +218,14 @@ def build_web(dists, n_web: int, n_cases: dict, items: list[dict], guard: Guard,
         api.close()
     rng.shuffle(candidates)
 
-    # Fresh pages carry the cases that modify a page (PII, contamination, charsets, truncation):
-    # pages with at least two paragraphs of prose, used nowhere else.
+    # Fresh pages carry the cases that modify a page (PII, contamination, charsets, truncation), and those
+    # cases are judged at pii and decontaminate, after filter and quality: hosts must be the most prose-like
+    # pages (sentences, no code), so that the case reaches the stage that is meant to catch it.
     rich = [p for p in candidates if sum(b.kind == "p" for b in p.blocks) >= 2 and prose_words(p.blocks) >= 100]
+    rich.sort(key=lambda p: (-prose_score(p.blocks), p.url))
     fresh = rich[:n_fresh]
+    if len(fresh) < n_fresh or len(candidates) - len(fresh) < n_normal // 2:
+        raise RuntimeError("this Python installation holds too little documentation for the requested sample size")
     fresh_ids = {id(p) for p in fresh}
     crawl = Crawl(seed, rng)
     crawl.normal = [p for p in candidates if id(p) not in fresh_ids][:n_normal]
@@ -225,10 +240,22 @@ def build_web(dists, n_web: int, n_cases: dict, items: list[dict], guard: Guard,
         sites[label].pages = [(p.title[:80], p.path) for p in sorted(ps, key=lambda p: p.path)[:8]]
 
     # 1-2. Exact and near duplicates of normal pages; near copies live on mirror sites.
-    long_pages = [p for p in crawl.normal if prose_words(p.blocks) >= 150]
+    # Near-duplicate originals are long and mostly prose, so the Jaccard of a copy depends on its edit
+    # rate rather than on how much unedited code the page happens to hold.
+    def prose_rich(p: Page) -> bool:
+        n = prose_words(p.blocks)
+        return n >= 200 and n >= 0.8 * len(p.text.split())
+
+    # Both kinds of originals come from the most prose-like pages, so the pairs survive filter and reach
+    # dedup, the stage that must catch them: drawn at random from a pool three times the size needed.
+    def pool(pages: list[Page], n: int) -> list[Page]:
+        return sorted(pages, key=lambda p: (-prose_score(p.blocks), p.url))[: 3 * n]
+
+    long_pages = pool([p for p in crawl.normal if prose_rich(p)], n_cases["near_duplicate"])
     near_orig = rng.sample(long_pages, min(len(long_pages), n_cases["near_duplicate"]))
     near_ids = {id(p) for p in near_orig}
-    exact_orig = rng.sample([p for p in crawl.normal if id(p) not in near_ids], n_cases["exact_duplicate"])
+    exact_orig = rng.sample(pool([p for p in crawl.normal if id(p) not in near_ids], n_cases["exact_duplicate"]),
+                            n_cases["exact_duplicate"])
     for orig in exact_orig:
         copy = Page(orig.site, _url_variant(orig, rng, crawl.urls), orig.blocks, kind="exact_duplicate")
         crawl.add_case(copy, {"case": "exact_duplicate", "of_url": orig.url, "expect": EXPECT["exact_duplicate"]}, orig)
@@ -238,7 +265,8 @@ def build_web(dists, n_web: int, n_cases: dict, items: list[dict], guard: Guard,
         blocks, n_edits = plant.edit_words(orig.blocks, rate, rng)
         copy = Page(mirrors[i % len(mirrors)], f"/{orig.site.label}{orig.path}", blocks, kind="near_duplicate")
         jac = round(plant.jaccard(orig.text, copy.text), 4)
-        expect = {"dedup": "drop:near_duplicate" if jac >= NEAR_DUP_THRESHOLD else "keep"}
+        expect = ({"dedup": "drop:near_duplicate"} if jac >= NEAR_DUP_DROP_ABOVE
+                  else {"dedup": "keep"} if jac <= NEAR_DUP_KEEP_BELOW else {})
         case = {"case": "near_duplicate", "of_url": orig.url, "edit_rate": rate, "edits": n_edits, "jaccard": jac, "expect": expect}
         crawl.add_case(copy, case, orig)
     for m in mirrors:
@@ -285,16 +313,15 @@ def build_web(dists, n_web: int, n_cases: dict, items: list[dict], guard: Guard,
     ja_source, ja_text = sources.japanese_text(dists)
     for charset, declared, snippet in CHARSET_CASES:
         base = fresh.pop()
-        if snippet is None:
+        para, source = snippet, None
+        if snippet is None:  # Japanese: the first sentence of the passage found in the installation
             snippet = ja_text.split("\u3002")[0] + "\u3002" if "\u3002" in ja_text else ja_text
-            para = f"Japanese summary ({ja_source}): {ja_text}"
-        else:
-            para = snippet
+            para, source = f"Japanese summary: {ja_text}", ja_source
         page = Page(base.site, base.path, _insert_after_first_paragraph(base.blocks, block("p", para)), kind="non_utf8",
                     charset=charset, header_charset=charset if declared in ("http_header", "both") else None,
                     meta_charset=charset if declared in ("meta", "both") else None)
         case = {"case": "non_utf8", "charset": charset, "declared_in": declared, "snippet": snippet, "expect": EXPECT["non_utf8"]}
-        crawl.add_case(page, case)
+        crawl.add_case(page, case if source is None else {**case, "source": source})
 
     # 7. Real non-English prose, on the lm-eval site it ships with.
     lm_site = sites.get("lm-eval") or Site("lm-eval", "lm-eval", str(seed))
@@ -348,10 +375,6 @@ def build_web(dists, n_web: int, n_cases: dict, items: list[dict], guard: Guard,
 
     # The truncated file: 3 fresh pages, then the longest of the 4 cut mid-record.
     tail = sorted([fresh.pop() for _ in range(TRUNCATED_PAGES)], key=lambda p: len(p.render()))
-    for p in tail:
-        if p.url in crawl.urls:  # pragma: no cover - fresh pages are never reused
-            raise RuntimeError(p.url)
-        crawl.urls.add(p.url)
     write_truncated(out / TRUNCATED_FILE, [(p.url, p.render(), p.content_type) for p in tail], seed, start - timedelta(days=1))
     files[TRUNCATED_FILE] = len(tail)
 
@@ -371,7 +394,7 @@ def _write_code(out: Path, docs: list[stdlib.CodeDoc]) -> list[str]:
     for k in range(0, max(1, len(docs)), DOCS_PER_SHARD):
         name = f"code/stdlib-{k // DOCS_PER_SHARD:05d}.jsonl.zst"
         lines = "".join(json.dumps({"text": d.text, "path": d.path, "url": d.url}, ensure_ascii=False) + "\n" for d in docs[k : k + DOCS_PER_SHARD])
-        (out / name).write_bytes(zstandard.ZstdCompressor(level=10).compress(lines.encode("utf-8")))
+        (out / name).write_bytes(zstandard.ZstdCompressor(level=3).compress(lines.encode("utf-8")))
         names.append(name)
     return names
 
@@ -463,7 +486,7 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
         "pages_per_warc": PAGES_PER_WARC,
         "main_text": "the text of the page's <article> element (its h1 title included)",
         "shingles": "word 5-grams; words are lowercase \\w+ runs of the main text",
-        "near_duplicate_threshold": NEAR_DUP_THRESHOLD,
+        "near_duplicate_expectations": {"drop_above": NEAR_DUP_DROP_ABOVE, "keep_below": NEAR_DUP_KEEP_BELOW},
         "eval_overlap_guard": f"corpus documents sharing a word {GUARD_NGRAM}-gram with an eval passage (context + gold) are left out",
         "duplicate_order": "a copy always comes after its original in crawl order (file, then record)",
     }

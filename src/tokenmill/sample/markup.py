@@ -56,6 +56,16 @@ def prose_words(blocks: list[Block]) -> int:
     return sum(len(t.split()) for b in blocks if b.kind in ("p", "ul", "ol", "lines") for t in b.plain)
 
 
+def prose_score(blocks: list[Block]) -> float:
+    """Share of a page's words in paragraphs that read as sentences; code blocks count against it."""
+    if any(b.kind == "pre" or "{" in t or "}" in t for b in blocks for t in b.plain):
+        return 0.0  # code blocks and braces: C4's rules drop such pages before later stages see them
+    total = sum(len(t.split()) for b in blocks for t in b.plain) or 1
+    sentences = sum(len(t.split()) for b in blocks if b.kind == "p" for t in b.plain
+                    if t.rstrip().endswith((".", "!", "?")) and "`" not in t and "()" not in t)
+    return sentences / total
+
+
 # --- inline markup -------------------------------------------------------------------------------
 
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)|\[!\[[^\]]*\]\([^)]*\)\]\([^)]*\)")
@@ -74,7 +84,12 @@ _MARKS = [
 ]
 
 
+_MARKUP_CHARS = re.compile(r"[`*_<|\[]")
+
+
 def _clean(s: str) -> str:
+    if not _MARKUP_CHARS.search(s):
+        return s  # plain prose: most paragraphs
     s = re.sub(r"<(https?://[^>\s]+)>", r"\1", s)  # Markdown autolinks: keep the address
     s = _TAG.sub("", s)
     # A role's target may read "Title <target>": keep the title.
@@ -135,6 +150,7 @@ def parse_markup(text: str, markdown: bool = True, top_level: int = 1) -> list[B
     top_level: the HTML level given to the document's first heading style, so docstrings rendered
     inside a page can sit below the page's own headings.
     """
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)  # HTML comments (licence headers in READMEs)
     lines = text.replace("\r\n", "\n").expandtabs(4).split("\n")
     blocks: list[Block] = []
     para: list[str] = []

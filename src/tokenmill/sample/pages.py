@@ -12,7 +12,7 @@ from .markup import Block, block, main_text, parse_markup, prose_words, slug
 from .site import Page, Site
 
 MIN_PROSE_WORDS = 60  # a page with less running text is not a normal page
-MAX_PAGE_WORDS = 1500  # longer API pages are split, as documentation generators do
+MAX_PAGE_WORDS = 800  # longer API pages are split at docstring boundaries, as documentation generators do
 
 
 def _as_page_blocks(title: str, blocks: list[Block]) -> list[Block]:
@@ -95,9 +95,10 @@ def api_pages(dists: list[sources.Dist], sites: dict[str, Site], rng: random.Ran
     files = sources.api_source_files(dists)
     rng.shuffle(files)
     jobs = [(path, module) for _, path, module in files]
-    for (dist, _, _), units in zip(files, sources.iter_docstring_units(jobs)):
+    for (dist, _, _), units in zip(files, sources.iter_docstring_units(jobs, fast=True)):
         for title, _, parts in units:
-            yield from api_unit_pages(sites[dist], title, parts)
+            if sum(len(d.split()) for _, d in parts) >= MIN_PROSE_WORDS:  # skip the rendering of what is_normal rejects
+                yield from api_unit_pages(sites[dist], title, parts)
 
 
 def is_normal(page: Page) -> bool:

@@ -180,7 +180,7 @@ def ssn(rng: random.Random) -> str:
 def phone(rng: random.Random, international: bool) -> str:
     if not international:
         area, line = rng.randint(201, 989), rng.randint(100, 199)  # 555-01xx: reserved for fiction
-        return rng.choice([f"({area}) 555-0{line % 100:02d}", f"+1 {area}-555-0{line % 100:02d}", f"{area}.555.0{line % 100:02d}"])
+        return rng.choice([f"({area}) 555-{line:04d}", f"+1 {area}-555-{line:04d}", f"{area}.555.{line:04d}"])
     d = lambda n: "".join(str(rng.randrange(10)) for _ in range(n))  # noqa: E731
     return rng.choice([f"+44 20 7946 0{d(3)}", f"+49 30 {d(4)} {d(4)}", f"+33 1 {d(2)} {d(2)} {d(2)} {d(2)}", f"+81 3-{d(4)}-{d(4)}", f"+61 2 {d(4)} {d(4)}"])
 

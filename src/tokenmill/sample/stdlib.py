@@ -55,7 +55,7 @@ def split_source(text: str, limit: int = MAX_CODE_CHARS) -> list[tuple[int, int,
         cur, acc = a, 0
         for i in range(a, b):
             acc += len(lines[i])
-            if acc > limit and not lines[i].strip() or acc > 2 * limit:  # a blank line, else any line
+            if acc > limit and not lines[i].strip() or acc > 1.25 * limit:  # a blank line, else any line
                 pieces.append((cur, i + 1))
                 cur, acc = i + 1, 0
         if cur < b:
@@ -154,7 +154,7 @@ def reference_stream(stdlib: list[tuple[str, Path]], rng: random.Random) -> Iter
         if module and rel != TOPICS_SOURCE and not sources.is_test_or_vendor(rel):
             entries.append(("module", rel, str(path), module))
     rng.shuffle(entries)
-    units = sources.iter_docstring_units([(e[2], e[3]) for e in entries if e[0] == "module"], batch=64)
+    units = sources.iter_docstring_units([(e[2], e[3]) for e in entries if e[0] == "module"])
     seen: set[str] = set()
     try:
         for e in entries:

@@ -49,7 +49,7 @@ class CrawlWriter:
         self.writer.write_record(info)
 
     def response(self, url: str, body: bytes, content_type: str):
-        """The response record (not yet written) for a page fetched one 'crawl second' after the last."""
+        """The response record (not yet written) for a page fetched 3 seconds after the previous one."""
         self.clock += timedelta(seconds=3)
         date = warc_date(self.clock)
         http = StatusAndHeaders(

@@ -1,0 +1,236 @@
+"""The embedded default corpus (tokenmill.sample): layout, determinism and the planted cases."""
+
+from __future__ import annotations
+
+import gzip
+import html
+import json
+import re
+import zlib
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from warcio.archiveiterator import ArchiveIterator
+
+from tokenmill.sample import build_sample
+from tokenmill.sample.plant import iban_valid, jaccard, luhn_valid
+
+# Small enough to build twice in a few seconds; eval_items kept small for speed too.
+ARGS = dict(n_docs=600, seed=7, eval_items=60, planted_eval_items=10)
+TRUNCATED = "web/crawl-truncated.warc.gz"
+STAGE_FATES = {
+    "ingest": {"keep", "drop:truncated_record"},
+    "filter": {"keep", "drop:spam", "drop:boilerplate", "drop:language"},
+    "pii": {"keep", "modify"},
+    "dedup": {"keep", "drop:exact_duplicate", "drop:near_duplicate"},
+    "decontaminate": {"keep", "drop:contaminated"},
+}
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sample") / "corpus"
+    counts = build_sample(out, **ARGS)
+    truth = json.loads((out / "ground_truth.json").read_text(encoding="utf-8"))
+    return out, counts, truth
+
+
+@pytest.fixture(scope="module")
+def crawl(sample):
+    """Response records of the complete crawl files: url -> (file, position, http headers, body)."""
+    out, counts, _ = sample
+    pages, position = {}, 0
+    for name in sorted(counts["web_files"]):
+        if name == TRUNCATED:
+            continue
+        with open(out / name, "rb") as fh:
+            for rec in ArchiveIterator(fh):
+                if rec.rec_type == "response":
+                    url = rec.rec_headers.get_header("WARC-Target-URI")
+                    assert url not in pages, url
+                    pages[url] = (name, position, rec.http_headers, rec.content_stream().read())
+                    position += 1
+    return pages
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def article_text(body: bytes, charset: str = "utf-8") -> str:
+    doc = body.decode(charset)
+    inner = re.search(r"<article>(.*)</article>", doc, re.S).group(1)
+    return html.unescape(re.sub(r"<[^>]+>", " ", inner))
+
+
+def all_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_build_is_deterministic(sample, tmp_path):
+    out, counts, _ = sample
+    again = tmp_path / "again"
+    assert build_sample(again, **ARGS) == counts
+    first, second = all_files(out), all_files(again)
+    assert first.keys() == second.keys()
+    assert [n for n in first if first[n] != second[n]] == []
+
+
+def test_document_counts(sample):
+    out, counts, truth = sample
+    assert truth["counts"] == counts
+    assert abs(counts["total_docs"] - ARGS["n_docs"]) <= 0.15 * ARGS["n_docs"]
+    code = sum(len(zstandard.ZstdDecompressor().decompress((out / f).read_bytes()).decode().splitlines()) for f in counts["code_files"])
+    ref = sum(pq.read_table(out / f).num_rows for f in counts["reference_files"])
+    licences = len(list((out / "licenses").glob("*.txt")))
+    assert (code, ref, licences) == (counts["code_docs"], counts["reference_docs"], counts["licence_docs"])
+    assert counts["total_docs"] == counts["web_pages"] + code + ref + licences
+    assert min(code, ref, licences, counts["web_pages"]) > 0
+    for line in zstandard.ZstdDecompressor().decompress((out / counts["code_files"][0]).read_bytes()).decode().splitlines()[:50]:
+        doc = json.loads(line)
+        assert set(doc) == {"text", "path", "url"} and doc["url"].startswith("https://stdlib.sample.invalid/" + doc["path"])
+        assert len(doc["text"]) <= 26_000
+    assert pq.read_schema(out / counts["reference_files"][0]).names == ["text", "title", "url"]
+
+
+def test_warc_files_parse(sample, crawl):
+    out, counts, _ = sample
+    for name, n in counts["web_files"].items():
+        if name == TRUNCATED:
+            continue
+        with open(out / name, "rb") as fh:
+            records = [(r.rec_type, r.rec_headers.get_header("WARC-Target-URI"), r.rec_headers.get_header("WARC-Date")) for r in ArchiveIterator(fh)]
+        assert records[0][0] == "warcinfo"
+        assert [t for t, _, _ in records[1:]] == ["request", "response"] * n  # a request before each response
+        assert all(records[i][1] == records[i + 1][1] for i in range(1, len(records), 2))
+        assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", d) for _, _, d in records)
+    assert len(crawl) == counts["web_pages"] - counts["web_files"][TRUNCATED]
+    assert all(u.startswith("https://") and ".sample.invalid/" in u for u in crawl)
+
+
+def test_truncated_file_ends_mid_member(sample):
+    out, _, truth = sample
+    data = (out / TRUNCATED).read_bytes()
+    with pytest.raises(EOFError):
+        gzip.decompress(data)
+    # Member by member: warcinfo and 3 responses complete, then one that stops short.
+    pos, complete = 0, 0
+    while True:
+        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        partial = d.decompress(data[pos:])
+        if not d.eof:
+            break
+        complete += 1
+        pos = len(data) - len(d.unused_data)
+    assert complete == 4
+    case = next(c for c in truth["cases"] if c["case"] == "truncated_record")
+    assert case["file"] == TRUNCATED and case["expect"] == {"ingest": "drop:truncated_record"}
+    assert b"WARC-Target-URI: " + case["url"].encode() in partial
+
+
+def test_cases_are_well_formed(sample, crawl):
+    _, counts, truth = sample
+    cases = truth["cases"]
+    urls = [c["url"] for c in cases]
+    assert len(urls) == len(set(urls))
+    kinds = {c["case"] for c in cases}
+    assert kinds == {"exact_duplicate", "near_duplicate", "spam", "boilerplate", "pii", "truncated_record", "non_utf8", "non_english", "contaminated"}
+    assert counts["cases"] == {k: sum(c["case"] == k for c in cases) for k in kinds}
+    for c in cases:
+        assert all(fate in STAGE_FATES[stage] for stage, fate in c["expect"].items()), c
+        if c["case"] != "truncated_record":
+            assert crawl[c["url"]][0] == c["file"]
+        if c["case"] not in ("truncated_record", "non_utf8", "contaminated"):
+            assert min(counts["cases"][c["case"]], 2) == 2  # at least 2 of each kind at every size
+
+
+def test_non_utf8_pages(sample, crawl):
+    cases = [c for c in sample[2]["cases"] if c["case"] == "non_utf8"]
+    assert {c["charset"] for c in cases} == {"windows-1252", "iso-8859-1", "shift_jis"}
+    for c in cases:
+        _, _, headers, body = crawl[c["url"]]
+        with pytest.raises(UnicodeDecodeError):
+            body.decode("utf-8")
+        assert any(ord(ch) > 127 for ch in c["snippet"])
+        assert c["snippet"] in article_text(body, c["charset"])
+        in_header = c["charset"] in (headers.get_header("Content-Type") or "")
+        in_meta = f'<meta charset="{c["charset"]}">'.encode() in body
+        assert (in_header, in_meta) == {"http_header": (True, False), "meta": (False, True), "both": (True, True)}[c["declared_in"]]
+
+
+def test_duplicates(sample, crawl):
+    cases = sample[2]["cases"]
+    for c in (c for c in cases if c["case"] == "exact_duplicate"):
+        assert crawl[c["url"]][3] == crawl[c["of_url"]][3] and c["url"] != c["of_url"]
+        assert crawl[c["of_url"]][1] < crawl[c["url"]][1]  # the original is crawled first
+    by_rate = defaultdict(list)
+    for c in (c for c in cases if c["case"] == "near_duplicate"):
+        copy, orig = article_text(crawl[c["url"]][3]), article_text(crawl[c["of_url"]][3])
+        assert abs(jaccard(copy, orig) - c["jaccard"]) < 1e-3  # recorded value = measured on the HTML
+        assert crawl[c["of_url"]][1] < crawl[c["url"]][1]
+        by_rate[c["edit_rate"]].append(c["jaccard"])
+    means = [sum(v) / len(v) for _, v in sorted(by_rate.items())]
+    assert len(means) == 5 and means == sorted(means, reverse=True) and len(set(means)) == 5
+
+
+def test_pii_pages(sample, crawl):
+    cases = [c for c in sample[2]["cases"] if c["case"] == "pii"]
+    types = set()
+    for c in cases:
+        text = article_text(crawl[c["url"]][3])
+        for e in c["entities"]:
+            types.add(e["type"])
+            assert e["value"] in text
+            if e["type"] == "credit_card":
+                assert luhn_valid(e["value"])
+            elif e["type"] == "not_credit_card":
+                assert not luhn_valid(e["value"])
+            elif e["type"] == "iban":
+                assert iban_valid(e["value"])
+            elif e["type"] == "us_ssn":
+                assert re.fullmatch(r"(?!000|666|9)\d{3}-(?!00)\d\d-(?!0000)\d{4}", e["value"])
+    assert types == {"email", "phone", "ipv4", "credit_card", "iban", "us_ssn", "not_credit_card"}
+
+
+def test_eval_items_and_heldout_docs(sample, crawl):
+    out, counts, truth = sample
+    items = [json.loads(line) for line in (out / "eval" / "heldout.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(items) == counts["eval_items"] == ARGS["eval_items"]
+    assert len({it["id"] for it in items}) == len(items)
+    for it in items:
+        assert re.fullmatch(r"tm-eval-\d{4}", it["id"]) and len(it["context"].split()) >= 20
+        assert len(it["choices"]) == 4 and len(set(it["choices"])) == 4 and 0 <= it["gold"] < 4
+        assert 15 <= len(it["choices"][it["gold"]].split()) <= 30
+    ref = pq.read_table(out / counts["reference_files"][0]).to_pylist()
+    assert not {it["source_url"] for it in items} & {r["url"] for r in ref}
+    # No reference or code document holds a held-out passage (compared as lowercase words).
+    passages = [" ".join(words(it["context"] + " " + it["choices"][it["gold"]])) for it in items]
+    code = [json.loads(line)["text"] for f in counts["code_files"] for line in zstandard.ZstdDecompressor().decompress((out / f).read_bytes()).decode().splitlines()]
+    for text in [r["text"] for r in ref] + code:
+        norm = " ".join(words(text))
+        assert not any(p in norm for p in passages)
+    # Planted items are embedded in their pages, and remain in the evaluation set.
+    by_id = {it["id"]: it for it in items}
+    planted = [c for c in truth["cases"] if c["case"] == "contaminated"]
+    assert len(planted) == ARGS["planted_eval_items"]
+    assert {c["variant"] for c in planted} == {"verbatim", "rewrapped", "lowercased", "punctuation_stripped", "mid_document"}
+    for c in planted:
+        it = by_id[c["eval_item"]]
+        assert " ".join(words(it["context"] + " " + it["choices"][it["gold"]])) in " ".join(words(article_text(crawl[c["url"]][3])))
+
+
+def test_other_planted_pages(sample, crawl):
+    cases = sample[2]["cases"]
+    for c in (c for c in cases if c["case"] == "spam"):
+        ws = words(article_text(crawl[c["url"]][3]))
+        assert len(set(ws)) < 0.2 * len(ws)  # a few words, many times
+    for c in (c for c in cases if c["case"] == "boilerplate"):
+        body = crawl[c["url"]][3].decode()
+        assert "<p>" not in re.search(r"<article>(.*)</article>", body, re.S).group(1).split("</ul>", 1)[0]
+    for c in (c for c in cases if c["case"] == "non_english"):
+        text = article_text(crawl[c["url"]][3])
+        assert c["language"] != "en" and len(text) > 300
+        assert f'<html lang="{c["language"]}">'.encode() in crawl[c["url"]][3]
