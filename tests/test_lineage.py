@@ -25,8 +25,10 @@ SOURCES = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("lineage")
-    run_ingest(SOURCES, {}, {"backend": "local", "workers": 1}, out_dir=root / "data" / "ingest")
-    result = lineage.run_lineage(["ingest"], SOURCES, data_root=root / "data", out_dir=root / "lineage")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)  # stages write metrics/ relative to the working directory
+        run_ingest(SOURCES, {}, {"backend": "local", "workers": 1}, out_dir=root / "data" / "ingest")
+        result = lineage.run_lineage(["ingest"], SOURCES, data_root=root / "data", out_dir=root / "lineage")
     return root, result
 
 
@@ -78,8 +80,9 @@ def test_audit_stage_sql_and_read_only(built, capsys):
     assert cli.main(["audit", "--db", db, "verify"]) == 0
 
 
-def test_verify_names_a_document_that_went_missing(built, tmp_path, capsys):
+def test_verify_names_a_document_that_went_missing(built, tmp_path, capsys, monkeypatch):
     root, _ = built
+    monkeypatch.chdir(tmp_path)
     data = tmp_path / "data"
     shutil.copytree(root / "data", data)
     # Tamper: remove one kept document's decision row from a shard, as a buggy stage would.
