@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -100,6 +101,18 @@ def _check_duplicate_pair(con, case):
     return True
 
 
+def _check_step_tokens(con, token_dir, step):
+    per_step, rows = lineage.step_spans(con, step)
+    plan = con.execute("SELECT shard, \"offset\", length FROM plan ORDER BY position").fetchall()
+    stream = np.concatenate([np.fromfile(token_dir / shard, dtype=np.uint16)[off: off + n + 1]
+                             for shard, off, n in plan])
+    spans = np.concatenate([np.fromfile(token_dir / r[5], dtype=np.uint16)[r[6] + r[7]: r[6] + r[8]] for r in rows])
+    assert len(spans) == per_step
+    assert np.array_equal(spans, stream[step * per_step:(step + 1) * per_step])
+    eos = json.loads((token_dir / "manifest.json").read_text())["eos_id"]
+    assert (stream == eos).sum() == len(plan)  # exactly one end-of-text per planned document
+
+
 @pytest.mark.slow
 def test_demo_dag(tmp_path):
     repo = tmp_path / "repo"
@@ -113,11 +126,13 @@ def test_demo_dag(tmp_path):
     _run(["git", "init", "-q"], repo)
     _run(["dvc", "init", "-q"], repo)
     _run(["dvc", "config", "hydra.enabled", "True"], repo)
-    compose(["sample.n_docs=800", "sample.eval_items=40", "sample.planted_eval_items=8"],
+    compose(["sample.n_docs=800", "sample.eval_items=40", "sample.planted_eval_items=8", "tokenizer.vocab_size=2000",
+             "train.token_budget=300000"],
             conf_dir=repo / "conf", output=repo / "params.yaml")
 
     out = _run(["dvc", "repro"], repo).stdout
-    for stage in ("sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "lineage"):
+    for stage in ("sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer", "tokenize",
+                  "mixture", "lineage"):
         assert f"Running stage '{stage}'" in out
     verify = _run(["tokenmill", "audit", "verify"], repo)
     assert "conservation holds" in verify.stdout
@@ -170,7 +185,15 @@ def test_demo_dag(tmp_path):
     shown = _run(["tokenmill", "audit", "doc", planted["url"]], repo).stdout
     assert "contaminated" in shown and planted["eval_item"] in shown
     normal = con.execute("SELECT url FROM documents WHERE source = 'sample_code' AND fate = 'kept' LIMIT 1").fetchone()[0]
-    assert "kept by every stage" in _run(["tokenmill", "audit", "doc", normal], repo).stdout
+    shown = _run(["tokenmill", "audit", "doc", normal], repo).stdout
+    assert "kept by every stage" in shown and "tokens in tokens/code/" in shown and "mixture" in shown
+
+    # A training step is recomputable from the plan: its spans, read from the token shards, are exactly
+    # the stream's tokens at that step, and `tokenmill audit step` lists them.
+    _check_step_tokens(con, repo / "data" / "tokenize", step=3)
+    shown = _run(["tokenmill", "audit", "step", "3"], repo).stdout
+    assert "step 3: tokens" in shown
+    assert _run(["tokenmill", "audit", "step", "99999999"], repo, check=False).returncode == 1
     con.close()
 
     # Unchanged pipeline: nothing reruns. A changed ingest parameter: ingest and lineage only.

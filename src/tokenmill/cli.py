@@ -49,6 +49,17 @@ def audit_doc(con, key: str) -> int:
             if details:
                 for k, v in sorted(json.loads(details).items()):
                     print(f"                {k}: {v}")
+        tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
+        if "token_index" in tables:
+            for bucket, shard, offset, length in con.execute(
+                    "SELECT bucket, shard, \"offset\", length FROM token_index WHERE doc_id = ?", [r["doc_id"]]).fetchall():
+                print(f"  tokens        {length} tokens in {shard} from token {offset} (mixture bucket {bucket})")
+        if "plan_documents" in tables:
+            plan = con.execute("SELECT heldout, planned_repeats, phases FROM plan_documents WHERE doc_id = ?",
+                               [r["doc_id"]]).fetchone()
+            if plan is not None:
+                where = "held out for evaluation" if plan[0] else f"planned {plan[1]} time(s) ({plan[2] or 'no phase'})"
+                print(f"  mixture       {where}")
         fate = con.execute("SELECT fate, dropped_at, drop_reason FROM documents WHERE doc_id = ?",
                            [r["doc_id"]]).fetchone()
         if fate[0] == "kept":
@@ -75,13 +86,26 @@ def audit_stage(con, stage: str) -> int:
 
 def audit_verify(con) -> int:
     problems = lineage.verify(con)
-    stages = [r[0] for r in con.execute("SELECT stage FROM stage_runs ORDER BY stage_order").fetchall()]
+    stages = [r[0] for r in con.execute("SELECT stage FROM stage_runs ORDER BY stage_order NULLS LAST").fetchall()]
     if problems:
         for p in problems:
             print(p)
         print(f"conservation FAILED: {len(problems)} problem(s)", file=sys.stderr)
         return 1
     print(f"conservation holds for every stage: {', '.join(stages)}")
+    return 0
+
+
+def audit_step(con, step: int) -> int:
+    try:
+        per_step, rows = lineage.step_spans(con, step)
+    except LookupError as exc:
+        print(f"tokenmill: {exc}", file=sys.stderr)
+        return 1
+    print(f"step {step}: tokens {step * per_step} to {(step + 1) * per_step} of the training stream, "
+          f"{len(rows)} document span(s)\n")
+    print(_table(rows, ["position", "phase", "bucket", "doc_id", "epoch", "shard", "offset", "first_token",
+                        "end_token"]))
     return 0
 
 
@@ -102,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     what.add_parser("doc", help="a document's source record and every decision").add_argument("key", help="doc_id or url")
     what.add_parser("stage", help="counts by action and reason").add_argument("name")
     what.add_parser("verify", help="conservation across all stages; non-zero exit on any violation")
+    what.add_parser("step", help="the documents and token spans of one training step").add_argument("n", type=int)
     what.add_parser("sql", help="run a read-only SQL query").add_argument("query")
     args = parser.parse_args(argv)
 
@@ -117,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             return audit_stage(con, args.name)
         if args.what == "verify":
             return audit_verify(con)
+        if args.what == "step":
+            return audit_step(con, args.n)
         try:
             return audit_sql(con, args.query)
         except Exception as exc:  # a bad query is the auditor's typo, not a crash

@@ -16,6 +16,14 @@ from tokenmill.runtime import StageRun
 DB_NAME = "lineage.duckdb"
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
 STAGE_TABLES = {"decontaminate": ["contamination"]}
+# Tables of the stages after curation, loaded when the stage has run: name -> Parquet glob under data/.
+TOKEN_TABLES = {
+    "token_index": "tokenize/index/*.parquet",  # doc_id, source, bucket, shard, offset, length
+    "plan": "mixture/plan.parquet",  # the training stream, document by document
+    "plan_documents": "mixture/documents.parquet",  # per document: held out?, planned repeats, phases
+    "plan_buckets": "mixture/buckets.parquet",  # per bucket and phase: available vs planned tokens, epochs
+    "heldout": "mixture/heldout.parquet",  # documents reserved for evaluation
+}
 
 
 def _glob(data_root: Path, stage: str, table: str) -> str:
@@ -60,6 +68,17 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
         for table in STAGE_TABLES.get(stage, []):
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{_glob(data_root, stage, table)}')")
 
+    for table, pattern in TOKEN_TABLES.items():
+        if list(data_root.glob(pattern)):
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{data_root / pattern}')")
+    for stage in ("tokenize", "mixture"):
+        if (data_root / stage / "manifest.json").exists():
+            m = json.loads((data_root / stage / "manifest.json").read_text())
+            con.execute("INSERT INTO stage_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                        [None, m["stage"], m["run_id"], m.get("input_stage"), m["code_version"], m["seconds"],
+                         None, None, json.dumps(m["counts"]), json.dumps(m["params"]), json.dumps(m["inputs"]),
+                         json.dumps(m["versions"])])
+
     # The fate of every record: dropped where a stage dropped it, otherwise kept by the last stage.
     con.execute("""CREATE TABLE documents AS
         SELECT r.doc_id, r.source, r.bucket, r.url, r.record_type, r.record_id, r.crawl_date, r.content_type,
@@ -98,7 +117,8 @@ def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
     Returns human-readable violations naming the offending doc_ids; empty when everything balances.
     """
     problems: list[str] = []
-    runs = con.execute("SELECT stage_order, stage, input_stage, documents_in FROM stage_runs ORDER BY stage_order").fetchall()
+    runs = con.execute("SELECT stage_order, stage, input_stage, documents_in FROM stage_runs "
+                       "WHERE stage_order IS NOT NULL ORDER BY stage_order").fetchall()
     for order, stage, input_stage, documents_in in runs:
         if order == 0:
             inputs = "SELECT doc_id FROM records"
@@ -127,6 +147,22 @@ def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
         decided = con.execute(f"SELECT count(*) FROM decisions WHERE stage = '{stage}'").fetchone()[0]
         if decided != documents_in:
             problems.append(f"{stage}: manifest says {documents_in} documents in, decisions hold {decided}")
+    tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    if "token_index" in tables:
+        last = runs[-1][1]
+        checks = {
+            "curated but not tokenized": f"SELECT doc_id FROM stage_outputs WHERE stage = '{last}' "
+                                         f"EXCEPT SELECT doc_id FROM token_index",
+            "tokenized but not curated": f"SELECT doc_id FROM token_index "
+                                         f"EXCEPT SELECT doc_id FROM stage_outputs WHERE stage = '{last}'",
+            "tokenized more than once": "SELECT doc_id FROM token_index GROUP BY doc_id HAVING count(*) > 1",
+        }
+        if "plan" in tables:
+            checks["held-out document in the training plan"] = "SELECT doc_id FROM plan INTERSECT SELECT doc_id FROM heldout"
+        for what, sql in checks.items():
+            ids = [r[0] for r in con.execute(f"SELECT * FROM ({sql}) ORDER BY 1 LIMIT {limit}").fetchall()]
+            if ids:
+                problems.append(f"tokens: {what}: {', '.join(ids)}")
     dup = con.execute("SELECT doc_id FROM records GROUP BY doc_id HAVING count(*) > 1 ORDER BY 1 LIMIT ?", [limit]).fetchall()
     if dup:
         problems.append(f"ingest: doc_id assigned to more than one record: {', '.join(r[0] for r in dup)}")
@@ -157,3 +193,29 @@ def connect(db: str | Path = Path("lineage") / DB_NAME) -> duckdb.DuckDBPyConnec
     if not Path(db).exists():
         raise FileNotFoundError(f"no lineage database at {db}: run `dvc repro lineage` first")
     return duckdb.connect(str(db), read_only=True)
+
+
+def step_spans(con: duckdb.DuckDBPyConnection, step: int) -> tuple[int, list[tuple]]:
+    """The documents and token spans that make up training step `step` (contract 9).
+
+    Training reads the plan as one stream (each document followed by end-of-text) cut into steps of
+    seq_len x global_batch tokens. Returns (tokens per step, rows of position, phase, bucket, doc_id, epoch,
+    shard, offset, first_token, end_token): tokens [first_token, end_token) of the document, counted from
+    its first token; end_token = length + 1 includes the end-of-text.
+    """
+    row = con.execute("SELECT params FROM stage_runs WHERE stage = 'mixture'").fetchone()
+    if row is None:
+        raise LookupError("no mixture in the lineage: run the mixture stage and rebuild the lineage")
+    train = json.loads(row[0])["train"]
+    per_step = int(train["seq_len"]) * int(train["global_batch"])
+    total = con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0]
+    if not 0 <= step < total // per_step:
+        raise LookupError(f"step {step} is outside the plan: it holds {total // per_step} full steps "
+                          f"of {per_step} tokens")
+    lo, hi = step * per_step, (step + 1) * per_step
+    rows = con.execute("""SELECT position, phase, bucket, doc_id, epoch, shard, "offset",
+                                 greatest(? - stream_start, 0) AS first_token,
+                                 least(?, stream_start + length + 1) - stream_start AS end_token
+                          FROM plan WHERE stream_start < ? AND stream_start + length + 1 > ?
+                          ORDER BY position""", [lo, hi, hi, lo]).fetchall()
+    return per_step, rows

@@ -1,0 +1,279 @@
+"""Tokenizer training time and encoding throughput, SentencePiece vs Hugging Face `tokenizers`, on real text.
+
+    python benchmarks/bench_tokenizer.py [--sample-mb 20] [--vocab 16384] [--encode-mb 8] [--repeat 3]
+                                         [--unigram-sample-mb 5] [--out FILE]
+
+(a) Training: tokenmill.tokenizer.train_tokenizer (lossless BPE, conf/tokenizer/default.yaml settings) on a
+    bucket-weighted sample of real text — Gutenberg English and French books, UDHR in 380+ languages,
+    Python standard-library sources, WikiText — of --sample-mb MB; optionally unigram on a smaller sample.
+(b) Encoding the same real text (--encode-mb MB of those documents, cut into documents of at most 64 KB at
+    line ends, as web pages are) with the trained model: SentencePiece (`encode(list, num_threads=1)`) and
+    the exported tokenizer.json (`tokenizers.Tokenizer.encode_batch`, and `encode_batch_fast`, which skips
+    offsets), each one process with one thread (RAYON_NUM_THREADS=1: per core) and two processes of one
+    thread started together behind a barrier (all cores of this machine). Ids are checked equal.
+Every encoding run uses fresh spawned processes, configurations take turns (round robin) and the best of
+--repeat runs of each is kept; CPU
+seconds are recorded beside wall seconds (per-core figures from CPU time stay meaningful on a shared
+machine). Prints a Markdown section; with --out, (re)writes that section of FILE and leaves the rest alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import json
+import multiprocessing as mp
+import os
+import platform
+import re
+import shlex
+import sys
+import sysconfig
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / ".." / "shared" / "data"
+SECTION = "## Tokenizer training and encoding"
+WEIGHTS = {"english": 0.45, "french": 0.1, "multilingual": 0.1, "code": 0.25, "wiki": 0.1}
+DOC_LIMIT = 64 * 1024
+
+
+def read(path: Path) -> str:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def corpus(data: Path) -> dict[str, list[str]]:
+    text = data / "text"
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return {
+        "english": [read(p) for p in sorted((text / "gutenberg" / "en").glob("*.txt.gz"))],
+        "french": [read(p) for p in sorted((text / "gutenberg" / "fr").glob("*.txt.gz"))],
+        "multilingual": [read(p) for p in sorted((text / "multilingual" / "udhr2").glob("*.txt"))],
+        "code": [read(p) for p in sorted(stdlib.glob("*.py"))],
+        "wiki": [read(text / "wikitext-2" / "wiki.test.raw.blanklines_stripped_crlf")],
+    }
+
+
+def cut(doc: str, limit: int = DOC_LIMIT) -> list[str]:
+    """A document as pieces of at most `limit` characters, cut after a newline where there is one."""
+    out, start = [], 0
+    while start < len(doc):
+        end = min(start + limit, len(doc))
+        if end < len(doc):
+            nl = doc.rfind("\n", start, end)
+            end = nl + 1 if nl > start else end
+        out.append(doc[start:end])
+        start = end
+    return out
+
+
+def encode_set(docs: dict[str, list[str]], megabytes: float) -> list[str]:
+    """About `megabytes` MB of the corpus in the mixture's proportions, every bucket from its start."""
+    out = []
+    for bucket, w in WEIGHTS.items():
+        budget, taken = megabytes * 1e6 * w, 0
+        for piece in (p for d in docs[bucket] for p in cut(d)):
+            if taken >= budget:
+                break
+            out.append(piece)
+            taken += len(piece.encode())
+    return out
+
+
+# --- encoding workers (spawned processes) -----------------------------------------------------------------
+
+def _worker(kind: str, model_dir: str, docs: list[str], repeat: int, barrier, queue) -> None:
+    os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its thread pool: one core per process
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    if kind == "sp":
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=str(Path(model_dir) / "tokenizer.model"))
+        encode = lambda: sp.encode(docs, num_threads=1)  # noqa: E731
+    else:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(Path(model_dir) / "hf" / "tokenizer.json"))
+        tok.encode_special_tokens = True
+        if kind == "hf":
+            encode = lambda: [e.ids for e in tok.encode_batch(docs, add_special_tokens=False)]  # noqa: E731
+        else:
+            encode = lambda: [e.ids for e in tok.encode_batch_fast(docs, add_special_tokens=False)]  # noqa: E731
+    encode()  # warm-up (caches, page faults)
+    runs = []
+    for _ in range(repeat):
+        barrier.wait()
+        t0, c0 = time.time(), time.process_time()
+        ids = encode()
+        runs.append((t0, time.time(), time.process_time() - c0))
+    queue.put({"runs": runs, "tokens": sum(map(len, ids)), "bytes": sum(len(d.encode()) for d in docs)})
+
+
+def run_encode(kind: str, model_dir: Path, docs: list[str], procs: int, repeat: int) -> dict:
+    ctx = mp.get_context("spawn")
+    # Split by bytes so both processes have the same amount of work.
+    parts: list[list[str]] = [[] for _ in range(procs)]
+    sizes = [0] * procs
+    for d in sorted(docs, key=len, reverse=True):
+        i = sizes.index(min(sizes))
+        parts[i].append(d)
+        sizes[i] += len(d.encode())
+    barrier, queue = ctx.Barrier(procs), ctx.Queue()
+    ps = [ctx.Process(target=_worker, args=(kind, str(model_dir), part, repeat, barrier, queue)) for part in parts]
+    for p in ps:
+        p.start()
+    results = [queue.get() for _ in ps]
+    for p in ps:
+        p.join()
+    total_bytes = sum(r["bytes"] for r in results)
+    walls = [max(r["runs"][k][1] for r in results) - min(r["runs"][k][0] for r in results) for k in range(repeat)]
+    best = min(range(repeat), key=walls.__getitem__)
+    cpu = sum(r["runs"][best][2] for r in results)
+    return {"kind": kind, "procs": procs, "bytes": total_bytes, "tokens": sum(r["tokens"] for r in results),
+            "wall_s": walls[best], "cpu_s": cpu, "mb_per_s": total_bytes / 1e6 / walls[best],
+            "mb_per_cpu_s": total_bytes / 1e6 / cpu if cpu else None}
+
+
+def check_equal(model_dir: Path, docs: list[str]) -> bool:
+    """The two libraries give the same ids on the benchmark text (on a sample of its documents)."""
+    import sentencepiece as spm
+    from tokenizers import Tokenizer
+
+    sp = spm.SentencePieceProcessor(model_file=str(model_dir / "tokenizer.model"))
+    tok = Tokenizer.from_file(str(model_dir / "hf" / "tokenizer.json"))
+    tok.encode_special_tokens = True
+    some = docs[:: max(1, len(docs) // 100)]
+    return sp.encode(some) == [e.ids for e in tok.encode_batch(some)]
+
+
+# --- report -----------------------------------------------------------------------------------------------
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {n: metadata.version(n) for n in ("sentencepiece", "tokenizers", "transformers")}
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), **versions}
+
+
+NAMES = {"sp": "SentencePiece `encode`", "hf": "tokenizers `encode_batch`", "hf_fast": "tokenizers `encode_batch_fast`"}
+
+
+def section(train: list[dict], enc: list[dict], info: dict, command: str, started: str, load: tuple,
+            equal: bool, n_docs: int) -> str:
+    rows = ["| model | sample | vocabulary | sampling s | training s | HF export s |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for t in train:
+        s = t["seconds"]
+        rows.append(f"| {t['model_type']} | {t['sample']['sample_bytes'] / 1e6:.1f} MB, {t['sample']['lines']:,} lines | "
+                    f"{t['vocab_size']:,} | {s['sample']:.2f} | {s['train']:.2f} | {s['export_hf']:.2f} |")
+    erows = ["| library | processes × threads | MB/s (wall) | MB/s per CPU-second | tokens/s | bytes/token |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for e in enc:
+        erows.append(f"| {NAMES[e['kind']]} | {e['procs']} × 1 | {e['mb_per_s']:.2f} | {e['mb_per_cpu_s']:.2f} | "
+                     f"{e['tokens'] / e['wall_s'] / 1e6:.2f} M | {e['bytes'] / e['tokens']:.2f} |")
+    by = {(e["kind"], e["procs"]): e for e in enc}
+    ratios = []
+    for procs in sorted({e["procs"] for e in enc}):
+        if ("sp", procs) in by and ("hf", procs) in by:
+            hf, sp = by[("hf", procs)], by[("sp", procs)]
+            ratios.append(f"{procs} process{'es' if procs > 1 else ''}: tokenizers `encode_batch` / SentencePiece = "
+                          f"{hf['mb_per_s'] / sp['mb_per_s']:.2f} (wall), "
+                          f"{hf['mb_per_cpu_s'] / sp['mb_per_cpu_s']:.2f} (per CPU-second)")
+    e0 = enc[0]
+    return f"""{SECTION}
+
+Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}; sentencepiece {info['sentencepiece']},
+tokenizers {info['tokenizers']}, transformers {info['transformers']}. Date: {started}. Load average at start
+{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (the machine is shared: wall figures vary, per-CPU-second ones less).
+Command: `{command}`
+
+Training (tokenmill.tokenizer.train_tokenizer, lossless settings, one trainer thread; the sample is real text:
+Gutenberg English and French with boilerplate, UDHR in 387 languages, Python standard library, WikiText,
+weighted {', '.join(f'{k} {v}' for k, v in WEIGHTS.items())}):
+
+{chr(10).join(rows)}
+
+Encoding {e0['bytes'] / 1e6:.1f} MB of the same text ({n_docs:,} documents of at most 64 KB) with
+the BPE model, best of the repeats; ids of the two libraries are {'identical' if equal else 'NOT identical'}:
+
+{chr(10).join(erows)}
+
+Ratio: {'; '.join(ratios)}.
+With a load average above the core count, two processes cannot get two cores: trust the per-CPU-second column.
+"""
+
+
+def write_section(out: Path, text: str) -> None:
+    old = out.read_text(encoding="utf-8") if out.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.M | re.S)
+    new = pattern.sub(lambda _: text + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sample-mb", type=float, default=20, help="BPE training sample, MB (default 20)")
+    p.add_argument("--vocab", type=int, default=16384)
+    p.add_argument("--unigram-sample-mb", type=float, default=5, help="also train unigram on this many MB (0: no)")
+    p.add_argument("--encode-mb", type=float, default=8, help="text to encode, MB (default 8)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per encoding configuration; the best is kept")
+    p.add_argument("--procs", type=int, nargs="+", default=[1, 2], help="process counts (default 1 2)")
+    p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--out", type=Path, default=None, help="Markdown file whose section is (re)written")
+    args = p.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from tokenmill.tokenizer import train_tokenizer
+
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load = os.getloadavg()
+    info = machine()
+    docs = corpus(args.data.resolve())
+    train = []
+    with tempfile.TemporaryDirectory(prefix="bench-tok-") as tmp:
+        bpe_dir = Path(tmp) / "bpe"
+        train.append(train_tokenizer(docs, WEIGHTS, {"vocab_size": args.vocab, "sample_bytes": int(args.sample_mb * 1e6)},
+                                     bpe_dir))
+        print(f"bpe trained: {train[-1]['seconds']}", file=sys.stderr)
+        if args.unigram_sample_mb > 0:
+            train.append(train_tokenizer(docs, WEIGHTS, {"model_type": "unigram", "vocab_size": args.vocab,
+                                                         "sample_bytes": int(args.unigram_sample_mb * 1e6)},
+                                         Path(tmp) / "unigram"))
+            print(f"unigram trained: {train[-1]['seconds']}", file=sys.stderr)
+        enc_docs = encode_set(docs, args.encode_mb)
+        equal = check_equal(bpe_dir, enc_docs)
+        # Round robin over the configurations, fresh processes each time, best run of each kept: a burst of
+        # load from the machine's other tenants then hurts one run of every configuration, not all runs of one.
+        best: dict[tuple[str, int], dict] = {}
+        for rep in range(args.repeat):
+            for procs in args.procs:
+                for kind in ("sp", "hf", "hf_fast"):
+                    r = run_encode(kind, bpe_dir, enc_docs, procs, 1)
+                    if (kind, procs) not in best or r["wall_s"] < best[(kind, procs)]["wall_s"]:
+                        best[(kind, procs)] = r
+                    print(f"run {rep}: {kind} x{procs}: {r['mb_per_s']:.2f} MB/s", file=sys.stderr)
+        enc = list(best.values())
+    command = "python benchmarks/bench_tokenizer.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    text = section(train, enc, info, command.strip(), started, load, equal, len(enc_docs))
+    print(text)
+    print(json.dumps({"train": [{k: t[k] for k in ("model_type", "vocab_size", "seconds")} for t in train],
+                      "encode": enc}, indent=1), file=sys.stderr)
+    if args.out:
+        write_section(args.out, text)
+
+
+if __name__ == "__main__":
+    main()

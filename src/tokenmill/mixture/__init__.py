@@ -1,0 +1,172 @@
+"""The sampling plan: which documents training reads, in which order, in which phase (contract 9).
+
+The plan is a pure function of (token index, weights, token budget, phases, seed): no clock, no global RNG,
+no dependence on file order. Training reads it front to back as one token stream (each document followed
+by end-of-text), cut into steps of `tokens_per_step`, so the batch of any step can be recomputed from the
+plan alone (`tokenmill audit step N`).
+
+How a plan is built, per phase:
+  1. every bucket's share of the phase budget is weight x phase tokens;
+  2. a bucket's documents (held-out ones excluded) are visited in a seeded random order per epoch, and the
+     bucket's stream carries on across phases, so the anneal phase sees documents the bulk phase did not
+     before it repeats any;
+  3. buckets are interleaved smoothly: each document is placed at the fraction of its bucket's phase quota
+     it reaches, and the phase is sorted by that position (stride scheduling), so every window of the
+     stream holds the buckets in their proportions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class MixtureError(ValueError):
+    """A mixture that cannot be planned; the message says which bucket and why."""
+
+
+PLAN = pa.schema([
+    ("position", pa.int64()),  # order in the training stream
+    ("phase", pa.string()),
+    ("bucket", pa.string()),
+    ("doc_id", pa.string()),
+    ("epoch", pa.int32()),  # 0 for the first visit of a document, 1 for its first repeat, ...
+    ("shard", pa.string()),
+    ("offset", pa.int64()),  # token offset of the document in its shard
+    ("length", pa.int64()),  # tokens of the document, end-of-text not included
+    ("stream_start", pa.int64()),  # token offset of the document in the training stream
+])
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    fraction: float  # of the token budget
+    weights: dict[str, float]
+
+
+def _unit(seed: int, *parts: str) -> float:
+    """A deterministic number in [0, 1) from a seed and names (portable: no Python hash())."""
+    h = hashlib.blake2b(("\x00".join([str(seed), *parts])).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2**64
+
+
+def _permutation(n: int, seed: int, bucket: str, epoch: int) -> np.ndarray:
+    key = int.from_bytes(hashlib.blake2b(f"{seed}\x00{bucket}\x00{epoch}".encode(), digest_size=8).digest(), "big")
+    return np.random.Generator(np.random.PCG64(key)).permutation(n)
+
+
+def parse_phases(cfg: list[Mapping]) -> list[Phase]:
+    phases = [Phase(p["name"], float(p["fraction"]), {k: float(v) for k, v in p["weights"].items()}) for p in cfg]
+    if not phases:
+        raise MixtureError("mixture: at least one phase is needed")
+    if not math.isclose(sum(p.fraction for p in phases), 1.0, abs_tol=1e-6):
+        raise MixtureError(f"mixture: phase fractions must sum to 1, got {sum(p.fraction for p in phases)}")
+    for p in phases:
+        if any(w < 0 for w in p.weights.values()) or sum(p.weights.values()) <= 0:
+            raise MixtureError(f"mixture: phase {p.name!r} needs non-negative weights with a positive sum")
+    return phases
+
+
+def split_heldout(index: pa.Table, fraction: float, seed: int) -> pa.Array:
+    """True for documents reserved for evaluation: a seeded per-document draw, stable as the corpus grows."""
+    return pa.array([_unit(seed, "heldout", d) < fraction for d in index.column("doc_id").to_pylist()])
+
+
+def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: int,
+               max_epochs: Mapping[str, float] | float = 4.0, heldout_fraction: float = 0.0) -> dict:
+    """index: columns doc_id, bucket, shard, offset, length. Returns plan, bucket summary, held-out ids."""
+    heldout_mask = split_heldout(index, heldout_fraction, seed)
+    heldout = index.filter(heldout_mask)
+    train = index.filter(pc.invert(heldout_mask))
+    # Sorting by doc_id makes the plan independent of shard order and executor.
+    train = train.sort_by([("bucket", "ascending"), ("doc_id", "ascending")])
+    buckets = sorted(set(train.column("bucket").to_pylist()))
+    by_bucket = {b: train.filter(pc.equal(train.column("bucket"), b)) for b in buckets}
+    available = {b: int(pc.sum(t.column("length")).as_py() or 0) + t.num_rows for b, t in by_bucket.items()}
+
+    # Tokens each bucket must supply over the whole run, checked against the epoch cap before any work.
+    wanted: dict[str, float] = {}
+    for ph in phases:
+        total_w = sum(ph.weights.values())
+        for b, w in ph.weights.items():
+            if w > 0 and b not in by_bucket:
+                raise MixtureError(f"mixture: phase {ph.name!r} weights bucket {b!r}, which has no documents "
+                                   f"(buckets: {', '.join(buckets)})")
+            wanted[b] = wanted.get(b, 0.0) + token_budget * ph.fraction * w / total_w
+    for b, tokens in wanted.items():
+        cap = max_epochs.get(b, max_epochs.get("default", 4.0)) if isinstance(max_epochs, Mapping) else max_epochs
+        if tokens > cap * available[b]:
+            raise MixtureError(
+                f"mixture: bucket {b!r} would be repeated {tokens / available[b]:.2f} times "
+                f"({tokens:,.0f} tokens wanted, {available[b]:,} available) but max_epochs is {cap}; "
+                f"lower its weight, lower the budget or raise max_epochs")
+
+    cursor = {b: 0 for b in buckets}  # documents consumed so far in each bucket's endless stream
+    orders: dict[tuple[str, int], np.ndarray] = {}  # the visiting order of each bucket's epochs
+    rows: list[tuple] = []
+    for ph in phases:
+        total_w = sum(ph.weights.values())
+        placed = []
+        for b in sorted(ph.weights):
+            quota = token_budget * ph.fraction * ph.weights[b] / total_w
+            if quota <= 0:
+                continue
+            t = by_bucket[b]
+            n = t.num_rows
+            ids, shards = t.column("doc_id").to_pylist(), t.column("shard").to_pylist()
+            offsets, lengths = t.column("offset").to_numpy(), t.column("length").to_numpy()
+            got = 0
+            while got < quota:
+                epoch, i = divmod(cursor[b], n)
+                if (b, epoch) not in orders:
+                    orders[(b, epoch)] = _permutation(n, seed, b, epoch)
+                j = int(orders[(b, epoch)][i])
+                size = int(lengths[j]) + 1  # + end-of-text
+                placed.append(((got + size / 2) / quota, b, ids[j], epoch, shards[j], int(offsets[j]), int(lengths[j])))
+                got += size
+                cursor[b] += 1
+        placed.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
+        rows.extend((ph.name, *r[1:]) for r in placed)
+
+    lengths = np.array([r[6] for r in rows], dtype=np.int64) + 1
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if rows else np.array([], dtype=np.int64)
+    plan = pa.table({
+        "position": pa.array(np.arange(len(rows)), pa.int64()),
+        "phase": [r[0] for r in rows], "bucket": [r[1] for r in rows], "doc_id": [r[2] for r in rows],
+        "epoch": pa.array([r[3] for r in rows], pa.int32()), "shard": [r[4] for r in rows],
+        "offset": pa.array([r[5] for r in rows], pa.int64()), "length": pa.array([r[6] for r in rows], pa.int64()),
+        "stream_start": pa.array(starts, pa.int64()),
+    }, schema=PLAN)
+    return {"plan": plan, "heldout": heldout, "available": available, "wanted": wanted}
+
+
+def tokens_per_step(train_cfg: Mapping) -> int:
+    return int(train_cfg["seq_len"]) * int(train_cfg["global_batch"])
+
+
+def model_params(model_cfg: Mapping, vocab_size: int) -> int:
+    """Parameters of a decoder-only transformer: 12·L·d² in the blocks plus untied embeddings."""
+    d, layers = int(model_cfg["d_model"]), int(model_cfg["n_layers"])
+    return 12 * layers * d * d + 2 * vocab_size * d
+
+
+def token_budget(train_cfg: Mapping, model_cfg: Mapping, vocab_size: int) -> int:
+    """train.token_budget when set; otherwise tokens_per_param x parameters (Chinchilla: 20)."""
+    if train_cfg.get("token_budget"):
+        return int(train_cfg["token_budget"])
+    return int(train_cfg.get("tokens_per_param", 20) * model_params(model_cfg, vocab_size))
+
+
+def document_bucket_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """Mixture-bucket weights folded onto document buckets (web/high + web/low -> web)."""
+    out: dict[str, float] = {}
+    for name, w in weights.items():
+        out[name.split("/", 1)[0]] = out.get(name.split("/", 1)[0], 0.0) + float(w)
+    return dict(sorted(out.items()))

@@ -1,0 +1,135 @@
+"""The tokenize stage: curated documents -> flat token shards per mixture bucket + a Parquet index (contract 8).
+
+A mixture bucket is the document's bucket, optionally split into quality tiers by the score the quality
+stage recorded (`tokenize.quality_tiers`), e.g. web/high and web/low. Tiers are quantiles of the bucket's
+scores ({tier: quantile floor}), resolved once to absolute cut-offs recorded in the manifest: the
+classifier's absolute scores depend on what it was trained against, their order does not. Each input shard is one task: it
+writes tokens/<bucket>/<shard>.bin (uint16 when the vocabulary fits, else uint32; end-of-text after every
+document) and index/<shard>.parquet (doc_id, source, bucket, shard, offset, length).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tokenmill import schema
+from tokenmill.execution import make_executor
+from tokenmill.runtime import StageRun, sha1_file, tree_digest
+
+STAGE = "tokenize"
+INDEX = pa.schema([
+    ("doc_id", pa.string()),
+    ("source", pa.string()),
+    ("bucket", pa.string()),  # mixture bucket: <bucket> or <bucket>/<tier>
+    ("shard", pa.string()),  # token file, relative to the stage's output directory
+    ("offset", pa.int64()),  # first token of the document in that file
+    ("length", pa.int64()),  # tokens of the document; the end-of-text token follows it
+])
+
+
+def tier_of(score: float | None, tiers: Mapping[str, float]) -> str:
+    """The highest tier whose minimum the score reaches; tiers are {name: min_score}."""
+    if score is None:
+        return min(tiers, key=tiers.get)
+    for name, floor in sorted(tiers.items(), key=lambda kv: -kv[1]):
+        if score >= floor:
+            return name
+    return min(tiers, key=tiers.get)
+
+
+def tier_cutoffs(quantiles: Mapping[str, Mapping[str, float]], documents: Path, quality: Path) -> dict:
+    """{bucket: {tier: quantile}} -> {bucket: {tier: score}} over the bucket's documents' quality scores."""
+    if not quantiles:
+        return {}
+    if not list(quality.glob("*.parquet")):
+        raise FileNotFoundError(f"tokenize.quality_tiers needs the quality stage's decisions in {quality}")
+    con = duckdb.connect()
+    out = {}
+    for bucket, tiers in quantiles.items():
+        scores = con.execute(f"""SELECT q.scores['quality_score'] FROM read_parquet('{documents}/*.parquet') d
+                                 JOIN read_parquet('{quality}/*.parquet') q USING (doc_id)
+                                 WHERE d.bucket = ? AND q.scores['quality_score'] IS NOT NULL""", [bucket]).fetchall()
+        values = np.array([r[0] for r in scores], dtype=np.float64)
+        out[bucket] = {t: (float(np.quantile(values, q)) if values.size and q > 0 else 0.0) for t, q in tiers.items()}
+    con.close()
+    return out
+
+
+@dataclass
+class TokenizeTask:
+    input_path: str
+    quality_decisions: str | None  # the quality stage's decision shard with the same name, for tiers
+    tokenizer_dir: str
+    out_dir: str
+    tiers: dict
+
+
+_TOKENIZERS: dict[str, object] = {}
+
+
+def tokenize_shard(task: TokenizeTask) -> dict:
+    from tokenmill.tokenizer import Tokenizer
+
+    if task.tokenizer_dir not in _TOKENIZERS:
+        _TOKENIZERS[task.tokenizer_dir] = Tokenizer(task.tokenizer_dir)
+    tok = _TOKENIZERS[task.tokenizer_dir]
+    docs = pq.read_table(task.input_path, columns=["doc_id", "source", "bucket", "text"]).to_pylist()
+    scores = {}
+    if task.quality_decisions and task.tiers:
+        for row in pq.read_table(task.quality_decisions, columns=["doc_id", "scores"]).to_pylist():
+            scores[row["doc_id"]] = dict(row["scores"] or []).get("quality_score")
+    shard = Path(task.input_path).stem
+    by_bucket: dict[str, list[dict]] = {}
+    for d in docs:
+        tiers = task.tiers.get(d["bucket"])
+        key = f"{d['bucket']}/{tier_of(scores.get(d['doc_id']), tiers)}" if tiers else d["bucket"]
+        by_bucket.setdefault(key, []).append(d)
+    index, tokens = [], 0
+    for bucket in sorted(by_bucket):
+        group = by_bucket[bucket]
+        flat, lengths = tok.encode_documents([d["text"] for d in group])
+        rel = f"tokens/{bucket}/{shard}.bin"
+        path = Path(task.out_dir) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        flat.tofile(tmp)
+        tmp.replace(path)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        for d, off, n in zip(group, offsets, lengths):
+            index.append({"doc_id": d["doc_id"], "source": d["source"], "bucket": bucket, "shard": rel,
+                          "offset": int(off), "length": int(n) - 1})
+        tokens += int(lengths.sum())
+    schema.write_parquet(index, INDEX, Path(task.out_dir) / "index" / f"{shard}.parquet")
+    return {"documents": len(docs), "tokens": tokens}
+
+
+def run_tokenize(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path = "data",
+                 input_stage: str = "decontaminate", tokenizer_stage: str = "tokenizer") -> dict:
+    from tokenmill.tokenizer import Tokenizer
+
+    data_root = Path(data_root)
+    shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
+    tok_dir = data_root / tokenizer_stage
+    tok = Tokenizer(tok_dir)
+    quality = data_root / "quality" / "decisions"
+    with StageRun(STAGE, data_root / STAGE, dict(params), input_stage=input_stage) as run:
+        run.input_hashes[input_stage] = tree_digest(data_root / input_stage / "documents")
+        run.input_hashes["tokenizer"] = sha1_file(tok_dir / "tokenizer.model")
+        tiers = tier_cutoffs(params.get("quality_tiers") or {}, data_root / input_stage / "documents", quality)
+        run.extra["quality_tier_cutoffs"] = tiers
+        tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,
+                              str(tok_dir), str(run.tmp), tiers) for p in shards]
+        with make_executor(execution_cfg) as ex:
+            results = ex.map(tokenize_shard, tasks, desc=STAGE)
+        # Consumers (mixture, training) need these without loading the tokenizer.
+        run.extra.update({"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name})
+        run.metrics.update({"documents_tokenized": sum(r["documents"] for r in results),
+                            "tokens": sum(r["tokens"] for r in results), "dtype": np.dtype(tok.dtype).name})
+    return run.manifest

@@ -1,0 +1,172 @@
+"""Train the SentencePiece tokenizer on a mixture-weighted sample and export its Hugging Face twin.
+
+Lossless by construction (NOTES.md): identity normalisation, no dummy prefix, whitespace kept (runs of
+spaces become "▁▁▁▁" pieces), newline, tab and carriage return as user-defined pieces, digits split, and
+byte fallback so that no character is ever <unk>. decode(encode(text)) == text for every valid string that
+does not itself contain "▁" (U+2581, SentencePiece's space marker, which decodes to a space).
+
+Id layout (fixed, so that shards, the model and the HF tokenizer agree without looking anything up):
+    0 <unk>   1 <s>   2 </s>   3 <pad>   4 .. 4+R-1 <reserved_0> .. <reserved_R-1>   then the user-defined
+    pieces ("\\n", "\\t", "\\r", ...), then the 256 byte pieces <0x00> .. <0xFF>, then the learned pieces.
+Specials and reserved tokens are control symbols: encoding text never produces them (a literal "</s>" in a
+document is three ordinary tokens), decoding drops them. Tokenmill adds NO <s> when encoding documents;
+documents are separated by </s> (the end-of-text token) in the token shards.
+
+Determinism: the sample is a pure function of its inputs; SentencePiece uses every line of it
+(input_sentence_size=0, no shuffling) with a fixed thread count, and the machine-specific fields of the
+trainer spec (input path, model prefix) are blanked before the model is written, so training twice gives
+byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from .core import token_dtype
+from .sample import Source, as_stream, write_sample
+
+DEFAULTS: dict[str, Any] = {
+    "model_type": "bpe",  # bpe | unigram
+    "vocab_size": 16384,
+    "sample_bytes": 20_000_000,  # UTF-8 bytes of documents in the training sample
+    "seed": 1234,
+    "num_reserved": 16,  # <reserved_0> .. : control ids kept free for later use (chat markers, FIM, ...)
+    "user_defined_symbols": ["\n", "\t", "\r"],
+    "character_coverage": 0.9999,  # rarer characters are left to byte fallback
+    "max_piece_length": 16,
+    "max_sentence_bytes": 8192,  # longer training lines are cut (SentencePiece would skip them)
+    "num_threads": 1,  # part of the result for unigram (float sums), so fixed rather than os.cpu_count()
+    "unk_piece": "<unk>",
+    "bos_piece": "<s>",
+    "eos_piece": "</s>",
+    "pad_piece": "<pad>",
+}
+
+FILES = ("tokenizer.model", "tokenizer.vocab", "meta.json", "hf/tokenizer.json", "hf/tokenizer_config.json")
+
+
+def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    unknown = set(params or {}) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown tokenizer parameters: {sorted(unknown)} (known: {sorted(DEFAULTS)})")
+    p = {**DEFAULTS, **(params or {})}
+    if p["model_type"] not in ("bpe", "unigram"):
+        raise ValueError(f"tokenizer.model_type must be bpe or unigram, got {p['model_type']!r}")
+    p["user_defined_symbols"] = list(p["user_defined_symbols"])
+    if "\n" not in p["user_defined_symbols"]:
+        raise ValueError('user_defined_symbols must contain "\\n": training lines cannot hold it otherwise')
+    return p
+
+
+def reserved_pieces(n: int) -> list[str]:
+    return [f"<reserved_{i}>" for i in range(n)]
+
+
+def sentencepiece_options(p: Mapping[str, Any]) -> dict[str, Any]:
+    """The SentencePieceTrainer arguments for resolved params (everything but input and output)."""
+    opts = dict(
+        model_type=p["model_type"],
+        vocab_size=int(p["vocab_size"]),
+        character_coverage=float(p["character_coverage"]),
+        # Lossless text (NOTES.md).
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=False,
+        allow_whitespace_only_pieces=True,
+        byte_fallback=True,
+        split_digits=True,
+        user_defined_symbols=p["user_defined_symbols"],
+        control_symbols=reserved_pieces(int(p["num_reserved"])),
+        unk_id=0, bos_id=1, eos_id=2, pad_id=3,
+        unk_piece=p["unk_piece"], bos_piece=p["bos_piece"], eos_piece=p["eos_piece"], pad_piece=p["pad_piece"],
+        max_sentencepiece_length=int(p["max_piece_length"]),
+        max_sentence_length=int(p["max_sentence_bytes"]),
+        # Deterministic: every line, in file order, fixed threads.
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        num_threads=int(p["num_threads"]),
+        minloglevel=2,
+    )
+    # A sample too small for vocab_size yields fewer pieces instead of failing ("Vocabulary size too high"):
+    # read the real size from meta.json / Tokenizer.vocab_size, never from the parameter.
+    opts["hard_vocab_limit"] = False
+    return opts
+
+
+def _scrub_model(model: bytes) -> bytes:
+    """The model without the machine-specific trainer fields (temporary input path and model prefix)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    proto = pb.ModelProto()
+    proto.ParseFromString(model)
+    del proto.trainer_spec.input[:]
+    proto.trainer_spec.model_prefix = ""
+    return proto.SerializeToString(deterministic=True)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def train_tokenizer(texts_by_bucket: Source, weights: Mapping[str, float] | None, params: Mapping[str, Any] | None,
+                    out_dir: Path | str) -> dict:
+    """Train on a bucket-weighted sample; write the model, its vocabulary and the HF tokenizer to out_dir.
+
+    texts_by_bucket: {bucket: [texts]} or a callable returning a fresh iterator of (bucket, text) pairs
+    (e.g. sample.parquet_source(paths)); it is read twice. weights: {bucket: weight}, normalised over the
+    buckets that have text (a weighted bucket without any is reported under missing_buckets); None: the
+    corpus's own proportions.
+    Writes out_dir/tokenizer.model, tokenizer.vocab, meta.json (deterministic) and hf/ (tokenizer.json,
+    tokenizer_config.json, ...). Returns meta plus timings.
+    """
+    import sentencepiece as spm
+
+    from .hf import save_hf
+
+    p = resolve_params(params)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tokenmill-spm-") as tmp:
+        sample_path = Path(tmp) / "sample.txt"
+        sample = write_sample(as_stream(texts_by_bucket), weights, int(p["sample_bytes"]), int(p["seed"]),
+                              sample_path, int(p["max_sentence_bytes"]))
+        sampled = time.perf_counter()
+        spm.set_random_generator_seed(int(p["seed"]))
+        spm.SentencePieceTrainer.train(input=str(sample_path), model_prefix=str(Path(tmp) / "tokenizer"),
+                                       **sentencepiece_options(p))
+        trained = time.perf_counter()
+        model = _scrub_model((Path(tmp) / "tokenizer.model").read_bytes())
+        _write_atomic(out_dir / "tokenizer.model", model)
+        shutil.copyfile(Path(tmp) / "tokenizer.vocab", out_dir / "tokenizer.vocab")
+
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    meta = {
+        "params": p,
+        "model_type": p["model_type"],
+        "vocab_size": sp.get_piece_size(),  # may end below the request on a small sample (hard_vocab_limit)
+        "requested_vocab_size": int(p["vocab_size"]),
+        "dtype": token_dtype(sp.get_piece_size()).name,
+        "special_ids": {"unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id(), "pad": sp.pad_id()},
+        "reserved_ids": {piece: sp.piece_to_id(piece) for piece in reserved_pieces(int(p["num_reserved"]))},
+        "user_defined_ids": {piece: sp.piece_to_id(piece) for piece in p["user_defined_symbols"]},
+        "adds_bos": False,
+        "document_separator": "eos",
+        "model_sha1": hashlib.sha1(model).hexdigest(),
+        "sample": sample,
+    }
+    save_hf(out_dir / "tokenizer.model", out_dir / "hf")
+    exported = time.perf_counter()
+    _write_atomic(out_dir / "meta.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+    return {**meta, "seconds": {"sample": round(sampled - started, 3), "train": round(trained - sampled, 3),
+                                "export_hf": round(exported - trained, 3),
+                                "total": round(exported - started, 3)}}
