@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -113,9 +114,19 @@ def _check_step_tokens(con, token_dir, step):
     assert (stream == eos).sum() == len(plan)  # exactly one end-of-text per planned document
 
 
-@pytest.mark.slow
-def test_demo_dag(tmp_path):
-    repo = tmp_path / "repo"
+# The demo at test size. Written into the copy's conf/config.yaml (not passed as overrides) so that
+# `dvc exp run`, which recomposes params.yaml from conf/, composes the same small configuration.
+TEST_SIZE = """
+sample: {n_docs: 800, eval_items: 40, planted_eval_items: 8}
+tokenizer: {vocab_size: 2000}
+train: {token_budget: 300000}
+"""
+GIT = ["git", "-c", "user.name=tokenmill-test", "-c", "user.email=test@tokenmill.invalid"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("demo") / "repo"
     repo.mkdir()
     for item in ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md"):
         (repo / item).parent.mkdir(parents=True, exist_ok=True)
@@ -123,14 +134,19 @@ def test_demo_dag(tmp_path):
             shutil.copytree(ROOT / item, repo / item, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(ROOT / item, repo / item)
+    with open(repo / "conf" / "config.yaml", "a") as f:
+        f.write(TEST_SIZE)
     _run(["git", "init", "-q"], repo)
     _run(["dvc", "init", "-q"], repo)
     _run(["dvc", "config", "hydra.enabled", "True"], repo)
-    compose(["sample.n_docs=800", "sample.eval_items=40", "sample.planted_eval_items=8", "tokenizer.vocab_size=2000",
-             "train.token_budget=300000"],
-            conf_dir=repo / "conf", output=repo / "params.yaml")
-
+    compose([], conf_dir=repo / "conf", output=repo / "params.yaml")
     out = _run(["dvc", "repro"], repo).stdout
+    return repo, out
+
+
+@pytest.mark.slow
+def test_demo_dag(demo):
+    repo, out = demo
     for stage in ("sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer", "tokenize",
                   "mixture", "lineage"):
         assert f"Running stage '{stage}'" in out
@@ -196,13 +212,47 @@ def test_demo_dag(tmp_path):
     assert _run(["tokenmill", "audit", "step", "99999999"], repo, check=False).returncode == 1
     con.close()
 
-    # Unchanged pipeline: nothing reruns. A changed ingest parameter: ingest and lineage only.
+    # Unchanged pipeline: nothing reruns.
     assert "Data and pipelines are up to date" in _run(["dvc", "repro"], repo).stdout
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["ingest"]["extractor"] = "trafilatura"
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = _run(["dvc", "repro"], repo).stdout
-    assert "Running stage 'ingest'" in out and "Running stage 'lineage'" in out
-    assert "Running stage 'sample'" not in out
-    metrics = json.loads((repo / "metrics" / "ingest.json").read_text())
-    assert metrics["documents"]["in"] == metrics["documents"]["by_action"]["keep"] + metrics["documents"]["by_action"]["drop"]
+
+
+@pytest.mark.slow
+def test_mixture_experiments(demo):
+    """`dvc exp run -S mixture=<preset>` reruns only what the mixture reaches; queued presets run from a
+    temporary copy (so everything a stage reads must be tracked); `dvc exp show` lists them side by side."""
+    repo, _ = demo
+    _run(["git", "add", "-A"], repo)
+    _run([*GIT, "commit", "-qm", "demo baseline"], repo)
+
+    out = _run(["dvc", "exp", "run", "-n", "code-heavy", "-S", "mixture=code_heavy"], repo).stdout
+    ran = {s for s in ("sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer",
+                       "tokenize", "mixture", "lineage") if f"Running stage '{s}'" in out}
+    assert ran == {"tokenizer", "tokenize", "mixture", "lineage"}, out
+    assert yaml.safe_load((repo / "params.yaml").read_text())["mixture"]["name"] == "code_heavy"
+
+    for preset in ("web_heavy", "balanced"):
+        _run(["dvc", "exp", "run", "--queue", "-n", preset.replace("_", "-"), "-S", f"mixture={preset}"], repo)
+    _run(["dvc", "queue", "start", "-j", "1"], repo)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        status = _run(["dvc", "queue", "status"], repo).stdout
+        if not any(word in status for word in ("Queued", "Running")):
+            break
+        time.sleep(3)
+    assert "Failed" not in status, _run(["dvc", "queue", "logs", "web-heavy"], repo, check=False).stdout + status
+    _run(["dvc", "queue", "stop"], repo, check=False)
+
+    shown = json.loads(_run(["dvc", "exp", "show", "--json"], repo).stdout)
+    rows = {}
+    for commit in shown:
+        for exp in commit.get("experiments") or []:
+            for rev in exp["revs"]:
+                data = rev["data"]
+                name = data["params"]["params.yaml"]["data"]["mixture"]["name"]
+                metrics = data["metrics"]["metrics/mixture.json"]["data"]
+                rows[rev.get("name") or name] = (name, metrics["plan_tokens"], metrics["buckets"])
+    names = {v[0] for v in rows.values()}
+    assert {"code_heavy", "web_heavy", "balanced"} <= names, rows
+    code = next(v for v in rows.values() if v[0] == "code_heavy")[2]
+    web = next(v for v in rows.values() if v[0] == "web_heavy")[2]
+    assert code["code:bulk"]["planned_tokens"] > web["code:bulk"]["planned_tokens"]
