@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test params lineage-shell clean-data
+.PHONY: install demo test params clean-data
 
 install: $(VENV)/.installed
 
@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: install
 	dvc repro
 	tokenmill audit verify
-	tokenmill audit stage ingest
+	for stage in ingest filter pii dedup quality decontaminate; do tokenmill audit stage $$stage; echo; done
 
 test: install
 	$(PY) -m pytest -q
@@ -36,4 +36,5 @@ params: install
 	$(PY) -m tokenmill.config
 
 clean-data:
-	rm -rf data/sample data/ingest lineage metrics/*.json
+	rm -rf data/sample data/ingest data/filter data/pii data/dedup data/quality data/decontaminate \
+	       data/tokenizer data/tokenize data/mixture lineage metrics/*.json
