@@ -58,7 +58,7 @@ def trained(tmp_path_factory):
         "positives": {"sources": ["wiki"], "paths": [], "max_examples": 5000},
         "negatives": {"buckets": ["web"], "max_examples": 5000},
         "cut_buckets": ["web"], "max_chars": 10000,
-        "model": {"dim": 32, "epoch": 25, "lr": 0.5, "word_ngrams": 2, "min_count": 1, "seed": 7},
+        "model": {"dim": 32, "epoch": 25, "lr": 0.5, "word_ngrams": 2, "min_count": 1, "seed": 7, "folds": 2},
         "min_separation": 0.2,
         "keep": {"mode": "top_fraction", "top_fraction": 0.3, "threshold": 0.5},
     }
@@ -74,7 +74,7 @@ def trained(tmp_path_factory):
 
 def test_held_out_separation(trained):
     root, _, _, test_wiki, test_web = trained
-    model = str(root / "data" / "quality" / "model.bin")
+    model = str(root / "data" / "quality" / "model-0.bin")  # neither fold model saw these test texts
     pos = hq_probability(model, [prepare(t, 10000) for t in test_wiki])
     neg = hq_probability(model, [prepare(t, 10000) for t in test_web])
     auc = _auc(pos, neg)
@@ -106,6 +106,9 @@ def test_decisions_scores_and_cut(trained):
     out_ids = {r[0] for r in con.execute(f"SELECT doc_id FROM read_parquet('{root}/data/quality/documents/*.parquet')").fetchall()}
     assert out_ids == kept_ids
     assert manifest["cutoff"] == pytest.approx(min(r[3] for r in kept_web), abs=1e-3)
+    # Cross-fitted: the stage measures its classifier on examples each fold model did not train on.
+    metrics = json.loads((root / "metrics" / "quality.json").read_text())
+    assert metrics["heldout_auc"] > 0.97 and metrics["heldout_separation"] > 0.5
 
 
 def test_training_is_deterministic(trained, tmp_path):
@@ -125,7 +128,7 @@ def test_a_classifier_that_did_not_learn_is_an_error(trained, tmp_path, monkeypa
     schema.write_parquet(rows[:40] + rows[-40:], schema.DOCUMENT, data / "dedup" / "documents" / "part-0.parquet")
     params = {"positives": {"sources": ["wiki"], "paths": [], "max_examples": 100},
               "negatives": {"buckets": ["web"], "max_examples": 100}, "cut_buckets": ["web"], "max_chars": 10000,
-              "model": {"dim": 8, "epoch": 1, "lr": 0.001, "word_ngrams": 1, "min_count": 1, "seed": 1},
+              "model": {"dim": 8, "epoch": 1, "lr": 0.001, "word_ngrams": 1, "min_count": 1, "seed": 1, "folds": 2},
               "min_separation": 0.2, "keep": {"mode": "threshold", "top_fraction": 0.5, "threshold": 0.5}}
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="did not learn"):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 
+from tokenmill.lineage.planted import build_planted
 from tokenmill.runtime import StageRun
 
 DB_NAME = "lineage.duckdb"
@@ -170,22 +171,28 @@ def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
 
 
 def run_lineage(stages: list[str], sources_cfg: dict, data_root: str | Path = "data",
-                out_dir: str | Path = "lineage") -> dict:
+                out_dir: str | Path = "lineage", ground_truth: str | Path | None = None) -> dict:
+    """Build the database; with the embedded corpus's ground truth, also score its planted cases."""
     data_root = Path(data_root)
     inputs = {s: _manifest(data_root, s)["run_id"] for s in stages}
-    with StageRun("lineage", out_dir, {"stages": stages}) as run:
+    truth = json.loads(Path(ground_truth).read_text()) if ground_truth and Path(ground_truth).exists() else None
+    with StageRun("lineage", out_dir, {"stages": stages, "ground_truth": str(ground_truth)}) as run:
         run.input_hashes.update(inputs)
         con = duckdb.connect(str(run.tmp / DB_NAME))
         try:
             build(con, stages, data_root, sources_cfg)
             problems = verify(con)
             counts = con.execute("SELECT fate, count(*) FROM documents GROUP BY fate").fetchall()
+            if truth and truth.get("cases"):
+                run.metrics["planted_cases"] = build_planted(con, truth, stages)
+                wrong = con.execute("SELECT case_kind, url, explanation FROM planted_cases WHERE verdict = 'wrong'").fetchall()
+                run.extra["planted_wrong"] = [f"{k} {u}: {e}" for k, u, e in wrong]
         finally:
             con.close()
         run.metrics["fates"] = dict(sorted(counts))
         run.metrics["conservation_violations"] = len(problems)
         run.extra["conservation_violations"] = problems
-    return {"manifest": run.manifest, "problems": problems}
+    return {"manifest": run.manifest, "problems": problems, "planted_wrong": run.manifest.get("planted_wrong", [])}
 
 
 def connect(db: str | Path = Path("lineage") / DB_NAME) -> duckdb.DuckDBPyConnection:

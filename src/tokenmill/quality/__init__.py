@@ -1,9 +1,14 @@
 """Model-based quality filtering (DCLM-style): a fastText classifier of reference prose vs. crawl.
 
 Positives are documents from reference sources named in the config (and optional reference files);
-negatives a seeded random sample of crawl documents. The model is part of the stage's output, every
+negatives a seeded random sample of crawl documents. The models are part of the stage's output, every
 document gets a score (kept ones too), and documents in the cut buckets are kept above a threshold or
 within the top fraction of scores (DCLM keeps its top 10%).
+
+Scores are cross-fitted: documents are split into folds by a hash of their doc_id, one model is trained per
+fold on the examples of the other folds, and each document is scored by the model that never saw it. The
+negatives are crawl documents that are themselves being cut; scored in-sample they would all look alike
+(memorised as low quality), and the cut would rank noise.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ def _rank(seed: int, doc_id: str) -> str:
     return hashlib.blake2b(f"{seed}\x00{doc_id}".encode(), digest_size=8).hexdigest()
 
 
+def fold_of(seed: int, doc_id: str, folds: int) -> int:
+    return int(hashlib.blake2b(f"fold\x00{seed}\x00{doc_id}".encode(), digest_size=8).hexdigest(), 16) % folds
+
+
 def reference_file_texts(paths: Iterable[str], min_words: int = 50) -> list[str]:
     """Extra positives from text files: paragraphs (blank-line separated) merged up to >= min_words."""
     texts = []
@@ -54,25 +63,27 @@ def reference_file_texts(paths: Iterable[str], min_words: int = 50) -> list[str]
     return texts
 
 
-def training_examples(input_glob: str, params: Mapping) -> tuple[list[str], list[str]]:
+def training_examples(input_glob: str, params: Mapping) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(doc_id, prepared text) of positives and negatives."""
     pos_cfg, neg_cfg = params["positives"], params["negatives"]
     seed, max_chars = int(params["model"]["seed"]), int(params["max_chars"])
     con = duckdb.connect()
     con.create_function("rank_key", lambda d: _rank(seed, d), ["VARCHAR"], "VARCHAR")
     sources = list(pos_cfg.get("sources") or [])
-    pos = [r[0] for r in con.execute(
-        f"SELECT text FROM read_parquet('{input_glob}') WHERE list_contains(?, source) "
-        f"ORDER BY rank_key(doc_id) LIMIT ?", [sources, int(pos_cfg["max_examples"])]).fetchall()] if sources else []
-    pos += reference_file_texts(pos_cfg.get("paths") or [])[: int(pos_cfg["max_examples"])]
-    neg = [r[0] for r in con.execute(
-        f"SELECT text FROM read_parquet('{input_glob}') WHERE list_contains(?, bucket) "
+    pos = con.execute(
+        f"SELECT doc_id, text FROM read_parquet('{input_glob}') WHERE list_contains(?, source) "
+        f"ORDER BY rank_key(doc_id) LIMIT ?", [sources, int(pos_cfg["max_examples"])]).fetchall() if sources else []
+    files = reference_file_texts(pos_cfg.get("paths") or [])[: int(pos_cfg["max_examples"])]
+    pos += [(f"reference-file:{i}", t) for i, t in enumerate(files)]
+    neg = con.execute(
+        f"SELECT doc_id, text FROM read_parquet('{input_glob}') WHERE list_contains(?, bucket) "
         f"AND NOT list_contains(?, source) ORDER BY rank_key(doc_id) LIMIT ?",
-        [list(neg_cfg["buckets"]), sources, int(neg_cfg["max_examples"])]).fetchall()]
+        [list(neg_cfg["buckets"]), sources, int(neg_cfg["max_examples"])]).fetchall()
     con.close()
     if not pos or not neg:
         raise ValueError(f"quality: need positives and negatives to train, got {len(pos)} and {len(neg)} "
                          f"(positives.sources={sources}, negatives.buckets={neg_cfg['buckets']})")
-    return [prepare(t, max_chars) for t in pos], [prepare(t, max_chars) for t in neg]
+    return [(d, prepare(t, max_chars)) for d, t in pos], [(d, prepare(t, max_chars)) for d, t in neg]
 
 
 def train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: Path) -> dict:
@@ -80,7 +91,13 @@ def train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: Path) ->
     native code (seen under pytest), never in a clean one, and the model must not depend on what ran before."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(_train, pos, neg, dict(model_cfg), str(out_path)).result()
+        try:
+            return pool.submit(_train, pos, neg, dict(model_cfg), str(out_path)).result()
+        except RuntimeError as exc:
+            if "NaN" not in str(exc):
+                raise
+            raise ValueError("quality: fastText training diverged (loss became NaN), so the classifier did not "
+                             "learn; change quality.model lr or epoch, or add examples") from exc
 
 
 def _train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: str) -> dict:
@@ -116,31 +133,60 @@ def hq_probability(model_path: str, texts: list[str]) -> np.ndarray:
     return np.array([dict(zip(ls, ps)).get(LABEL_HQ, 0.0) for ls, ps in zip(labels, probs)], dtype=np.float64)
 
 
-def score_shard(task: tuple[str, str, int, list[str]]) -> np.ndarray:
+def model_path(model_dir: str | Path, fold: int) -> str:
+    return str(Path(model_dir) / f"model-{fold}.bin")
+
+
+def out_of_fold_scores(model_dir: str, seed: int, folds: int, items: list[tuple[str, str]]) -> np.ndarray:
+    """P(hq) of each (doc_id, prepared text), each from the model trained without the document's fold."""
+    out = np.empty(len(items), dtype=np.float64)
+    by_fold: dict[int, list[int]] = {}
+    for i, (doc_id, _) in enumerate(items):
+        by_fold.setdefault(fold_of(seed, doc_id, folds), []).append(i)
+    for fold, idx in by_fold.items():
+        out[idx] = hq_probability(model_path(model_dir, fold), [items[i][1] for i in idx])
+    return out
+
+
+def score_shard(task: tuple[str, str, int, int, int, list[str]]) -> np.ndarray:
     """Worker: scores of the cut buckets' documents in one shard (for the top-fraction cut-off)."""
-    path, model_path, max_chars, buckets = task
-    t = pq.read_table(path, columns=["text", "bucket"]).to_pylist()
-    texts = [prepare(r["text"], max_chars) for r in t if r["bucket"] in buckets]
-    return hq_probability(model_path, texts) if texts else np.array([])
+    path, model_dir, seed, folds, max_chars, buckets = task
+    rows = pq.read_table(path, columns=["doc_id", "text", "bucket"]).to_pylist()
+    items = [(r["doc_id"], prepare(r["text"], max_chars)) for r in rows if r["bucket"] in buckets]
+    return out_of_fold_scores(model_dir, seed, folds, items) if items else np.array([])
 
 
 class QualityProcessor:
-    """Per-document decision given a trained model and a cut-off (params carry both)."""
+    """Per-document decision given the trained fold models and a cut-off (params carry both)."""
 
     def __init__(self, params: Mapping):
-        self.model_path = params["_model_path"]
+        self.model_dir = params["_model_dir"]
         self.cutoff = float(params["_cutoff"])
         self.max_chars = int(params["max_chars"])
         self.cut_buckets = set(params["cut_buckets"])
+        self.seed, self.folds = int(params["model"]["seed"]), int(params["model"]["folds"])
 
     def __call__(self, doc: dict) -> Outcome:
-        score = float(hq_probability(self.model_path, [prepare(doc["text"], self.max_chars)])[0])
+        item = [(doc["doc_id"], prepare(doc["text"], self.max_chars))]
+        score = float(out_of_fold_scores(self.model_dir, self.seed, self.folds, item)[0])
         scores = {"quality_score": round(score, 6)}
         if doc["bucket"] not in self.cut_buckets:
             return Outcome("keep", "bucket_not_cut", scores)
         if score >= self.cutoff:
             return Outcome("keep", "above_quality_cut", scores)
         return Outcome("drop", "below_quality_cut", scores, {"cutoff": round(self.cutoff, 6)})
+
+
+def auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Probability that a positive outscores a negative (ties count half)."""
+    order = np.argsort(np.concatenate([pos, neg]), kind="stable")
+    ranks = np.empty(len(order))
+    ranks[order] = np.arange(1, len(order) + 1)
+    allv = np.concatenate([pos, neg])
+    for v in np.unique(allv):  # average ranks of ties
+        m = allv == v
+        ranks[m] = ranks[m].mean()
+    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
 def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path = "data",
@@ -151,28 +197,37 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
     keep = params["keep"]
     if keep["mode"] not in ("threshold", "top_fraction"):
         raise ValueError(f"quality.keep.mode must be threshold or top_fraction, got {keep['mode']!r}")
+    seed, folds = int(params["model"]["seed"]), int(params["model"].get("folds", 2))
+    if folds < 2:
+        raise ValueError("quality.model.folds must be at least 2: scores are cross-fitted")
     with StageRun("quality", data_root / "quality", dict(params), input_stage=input_stage) as run:
         pos, neg = training_examples(input_glob, params)
-        model_path = run.tmp / "model.bin"
-        run.extra["training"] = train(pos, neg, params["model"], model_path)
-        # A classifier that did not learn scores everything alike, and its cut would be a random sample:
-        # refuse to apply it rather than filter the corpus by noise.
-        sep = float(hq_probability(str(model_path), pos).mean() - hq_probability(str(model_path), neg).mean())
-        run.extra["training"]["separation"] = run.metrics["training_separation"] = round(sep, 6)
+        run.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds}
+        for k in range(folds):
+            train([t for d, t in pos if fold_of(seed, d, folds) != k], [t for d, t in neg if fold_of(seed, d, folds) != k],
+                  params["model"], Path(model_path(run.tmp, k)))
+        # Held-out quality of the classifier: every example scored by the model that did not train on it.
+        # One that did not learn would turn the cut into a random sample: refuse rather than filter by noise.
+        p_pos = out_of_fold_scores(str(run.tmp), seed, folds, pos)
+        p_neg = out_of_fold_scores(str(run.tmp), seed, folds, neg)
+        sep = float(p_pos.mean() - p_neg.mean())
+        run.metrics["heldout_auc"] = round(auc(p_pos, p_neg), 4)
+        run.metrics["heldout_separation"] = round(sep, 4)
         if sep < float(params.get("min_separation", 0.2)):
-            raise ValueError(f"quality: the classifier did not learn (mean P(hq) of positives minus negatives = "
-                             f"{sep:.4f} < min_separation); raise quality.model.epoch or lr, or add examples")
+            raise ValueError(f"quality: the classifier did not learn (held-out mean P(hq) of positives minus "
+                             f"negatives = {sep:.4f} < min_separation); raise quality.model.epoch or lr, or add examples")
         if keep["mode"] == "threshold":
             cutoff = float(keep["threshold"])
         else:
-            tasks = [(str(p), str(model_path), int(params["max_chars"]), list(params["cut_buckets"])) for p in shards]
+            tasks = [(str(p), str(run.tmp), seed, folds, int(params["max_chars"]), list(params["cut_buckets"]))
+                     for p in shards]
             with make_executor(execution_cfg) as ex:
                 scores = np.concatenate([np.array([])] + ex.map(score_shard, tasks, desc="quality scores"))
             # Keep the top fraction: the cut-off is the score at that quantile of the cut buckets.
             cutoff = float(np.quantile(scores, 1 - float(keep["top_fraction"]))) if scores.size else 0.0
         run.extra["cutoff"] = cutoff
         run.metrics["cutoff"] = round(cutoff, 6)
-        proc_params = {**params, "_model_path": str(model_path), "_cutoff": cutoff}
+        proc_params = {**params, "_model_dir": str(run.tmp), "_cutoff": cutoff}
         map_document_shards(run, input_stage, "tokenmill.quality:QualityProcessor", proc_params, execution_cfg,
                             data_root)
     return run.manifest

@@ -56,10 +56,32 @@ def prose_words(blocks: list[Block]) -> int:
     return sum(len(t.split()) for b in blocks if b.kind in ("p", "ul", "ol", "lines") for t in b.plain)
 
 
+_STOP = frozenset("the of and to a in is it that for on with as be are this by or an not from can at".split())
+
+
+def _dup_5gram_char_frac(words: list[str]) -> float:
+    """Characters covered by word 5-grams that occur more than once (Gopher's repetition measure)."""
+    seen: dict[tuple[str, ...], int] = {}
+    for i in range(len(words) - 4):
+        g = tuple(words[i:i + 5])
+        seen[g] = seen.get(g, 0) + 1
+    dup = [False] * len(words)
+    for i in range(len(words) - 4):
+        if seen[tuple(words[i:i + 5])] > 1:
+            dup[i:i + 5] = [True] * 5
+    total = sum(len(w) for w in words) or 1
+    return sum(len(w) for w, d in zip(words, dup) if d) / total
+
+
 def prose_score(blocks: list[Block]) -> float:
-    """Share of a page's words in paragraphs that read as sentences; code blocks count against it."""
+    """Share of a page's words in paragraphs that read as sentences; 0 for pages that are not clean English
+    prose (code, braces, repeated phrasing, few stop words), which curation filters drop before the stage a
+    planted case is meant for."""
     if any(b.kind == "pre" or "{" in t or "}" in t for b in blocks for t in b.plain):
         return 0.0  # code blocks and braces: C4's rules drop such pages before later stages see them
+    words = [w.lower() for b in blocks for t in b.plain for w in t.split()]
+    if _dup_5gram_char_frac(words) > 0.05 or sum(w in _STOP for w in words) < 0.25 * max(1, len(words)):
+        return 0.0
     total = sum(len(t.split()) for b in blocks for t in b.plain) or 1
     sentences = sum(len(t.split()) for b in blocks if b.kind == "p" for t in b.plain
                     if t.rstrip().endswith((".", "!", "?")) and "`" not in t and "()" not in t)
