@@ -272,7 +272,7 @@ def unlabelled_corpus():
             for rec in ArchiveIterator(fh):
                 if rec.rec_type == "response" and rec.http_headers is not None:
                     try:
-                        text, _ = payload_to_text(rec.content_stream().read(),
+                        text, _, _ = payload_to_text(rec.content_stream().read(),
                                                   rec.http_headers.get_header("Content-Type"), "resiliparse")
                     except Drop:
                         continue

@@ -131,12 +131,13 @@ def ingest_file(task: IngestTask) -> dict:
         try:
             if item.drop is not None:
                 raise item.drop
+            used = None
             if item.text is not None:
                 text, charset = normalise(item.text), "utf-8"
                 if not text.strip():
                     raise Drop("empty_text", "empty text field")
             else:
-                text, charset = payload_to_text(item.payload, item.content_type, task.extractor)
+                text, charset, used = payload_to_text(item.payload, item.content_type, task.extractor)
         except Drop as drop:
             decisions.append(schema.decision(doc_id, STAGE, "drop", drop.reason,
                                              {"payload_bytes": item.payload_bytes},
@@ -148,8 +149,10 @@ def ingest_file(task: IngestTask) -> dict:
                      "record_id": item.record_id, "crawl_date": item.crawl_date,
                      "content_type": item.content_type, "charset": charset, "file": task.file,
                      "locator": item.locator})
+        fallback = {"extractor": f"{used} (fallback: {task.extractor} found no text)"} \
+            if used and used != task.extractor else None
         decisions.append(schema.decision(doc_id, STAGE, "keep", "extracted",
-                                         {"payload_bytes": item.payload_bytes, "text_chars": len(text)}))
+                                         {"payload_bytes": item.payload_bytes, "text_chars": len(text)}, fallback))
         counts["keep:extracted"] += 1
 
     out = Path(task.out_dir)
