@@ -1,0 +1,109 @@
+"""Token shards and their index (contract 8), on real text: every document decodes back from its span."""
+
+import gzip
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tokenmill import schema
+from tokenmill.tokenize import run_tokenize, tier_of
+from tokenmill.tokenizer import Tokenizer, train_tokenizer
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data not present")
+
+
+def _docs() -> list[dict]:
+    rows = []
+    books = sorted((SHARED / "text" / "gutenberg" / "en").glob("*.txt.gz"))[:3]
+    for i, f in enumerate(books):
+        text = gzip.open(f, "rt", encoding="utf-8", errors="replace").read()
+        for j in range(4):
+            rows.append({"doc_id": f"book{i}-{j}", "text": text[j * 20000:(j + 1) * 20000], "source": "books",
+                         "bucket": "web"})
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for k, f in enumerate(sorted(stdlib.glob("*.py"))[:30]):
+        rows.append({"doc_id": f"code{k:02d}", "text": f.read_text(encoding="utf-8", errors="replace"),
+                     "source": "stdlib", "bucket": "code"})
+    udhr = sorted((SHARED / "text" / "multilingual" / "udhr2").glob("*.txt"))[:20]
+    for k, f in enumerate(udhr):
+        rows.append({"doc_id": f"udhr{k:02d}", "text": f.read_text(encoding="utf-8", errors="replace"),
+                     "source": "udhr", "bucket": "reference"})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tokenize")
+    docs = _docs()
+    data = root / "data"
+    schema.write_parquet(docs[::2], schema.DOCUMENT, data / "decontaminate" / "documents" / "a.parquet")
+    schema.write_parquet(docs[1::2], schema.DOCUMENT, data / "decontaminate" / "documents" / "b.parquet")
+    by_bucket: dict[str, list[str]] = {}
+    for d in docs:
+        by_bucket.setdefault(d["bucket"], []).append(d["text"])
+    train_tokenizer(by_bucket, None, {"vocab_size": 3000, "sample_bytes": 2_000_000}, data / "tokenizer")
+    # Quality scores for tiers: the quality stage's decision shards carry the same names as the documents.
+    score = {d["doc_id"]: (i * 37 % 100) / 100 for i, d in enumerate(docs)}
+    for name, part in (("a", docs[::2]), ("b", docs[1::2])):
+        schema.write_parquet([schema.decision(d["doc_id"], "quality", "keep", "above_quality_cut",
+                                              {"quality_score": score[d["doc_id"]]})
+                              for d in part], schema.DECISION, data / "quality" / "decisions" / f"{name}.parquet")
+    import os
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        manifest = run_tokenize({"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}}, {"backend": "local", "workers": 2},
+                                data_root=data)
+    finally:
+        os.chdir(cwd)
+    return data, docs, manifest
+
+
+def test_every_document_decodes_from_its_span(tokenized):
+    data, docs, manifest = tokenized
+    tok = Tokenizer(data / "tokenizer")
+    index = [r for p in sorted((data / "tokenize" / "index").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    assert sorted(r["doc_id"] for r in index) == sorted(d["doc_id"] for d in docs)
+    text = {d["doc_id"]: d["text"] for d in docs}
+    assert manifest["dtype"] == "uint16" and manifest["eos_id"] == tok.eos_id
+    for r in index:
+        tokens = np.fromfile(data / "tokenize" / r["shard"], dtype=np.uint16)
+        span = tokens[r["offset"]: r["offset"] + r["length"]]
+        assert tok.decode(span) == text[r["doc_id"]].replace("\u2581", " ")  # lossless but for U+2581
+        assert tokens[r["offset"] + r["length"]] == tok.eos_id  # end-of-text after every document
+        assert tok.eos_id not in span
+
+
+def test_buckets_and_quality_tiers(tokenized):
+    data, docs, manifest = tokenized
+    buckets = {p.name for p in (data / "tokenize" / "tokens").iterdir()}
+    assert buckets == {"web", "code", "reference"}
+    assert {p.name for p in (data / "tokenize" / "tokens" / "web").iterdir()} == {"high", "low"}
+    cut = manifest["quality_tier_cutoffs"]["web"]
+    assert cut["low"] == 0.0 and 0.0 < cut["high"] < 1.0  # the median of the web documents' scores
+
+
+def test_rerun_is_byte_identical(tokenized, tmp_path, monkeypatch):
+    data, _, _ = tokenized
+    import shutil
+    copy = tmp_path / "data"
+    for part in ("decontaminate", "tokenizer", "quality"):
+        shutil.copytree(data / part, copy / part)
+    monkeypatch.chdir(tmp_path)
+    run_tokenize({"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}}, {"backend": "local", "workers": 1},
+                 data_root=copy)
+    a = sorted(p.relative_to(data / "tokenize") for p in (data / "tokenize").rglob("*") if p.is_file())
+    b = sorted(p.relative_to(copy / "tokenize") for p in (copy / "tokenize").rglob("*") if p.is_file())
+    assert a == b
+    for rel in a:
+        if rel.name != "manifest.json":
+            assert (data / "tokenize" / rel).read_bytes() == (copy / "tokenize" / rel).read_bytes(), rel
+
+
+def test_tier_of():
+    tiers = {"high": 0.8, "mid": 0.4, "low": 0.0}
+    assert [tier_of(s, tiers) for s in (0.9, 0.8, 0.5, 0.1, None)] == ["high", "high", "mid", "low", "low"]
