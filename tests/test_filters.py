@@ -152,7 +152,7 @@ def test_conf_resolves_and_matches_published_defaults(conf):
     assert p["language"]["allowed"] == ["en"] and p["language"]["min_score"] == 0.65
     assert {"sample-web", "PSF-2.0", "licence-texts"} <= set(p["licences"]["allow"])
     assert p["buckets"]["code"]["language"] is False
-    with pytest.raises(ValueError, match="unknown keys"):
+    with pytest.raises(ValueError, match="unknown parameters"):
         resolve_params({"gopher_quality": {"min_word": 10}})
     with pytest.raises(ValueError, match="unknown groups"):
         resolve_params({"buckets": {"code": {"langauge": False}}})

@@ -3,7 +3,6 @@
 import shutil
 from pathlib import Path
 
-import duckdb
 import pyarrow.parquet as pq
 import pytest
 

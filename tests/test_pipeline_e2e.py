@@ -133,7 +133,6 @@ def test_demo_dag(demo):
     non_utf8 = next(c for c in ingest_cases if c["case"] == "non_utf8")
     shown = _run(["tokenmill", "audit", "doc", non_utf8["url"]], repo).stdout
     assert "keep (extracted)" in shown
-    near = next(c for c in truth["cases"] if c["case"] == "near_duplicate" and c["expect"])
     dup_id = con.execute("""SELECT doc_id FROM decisions WHERE stage = 'dedup' AND reason = 'near_duplicate'
                             LIMIT 1""").fetchone()[0]
     shown = _run(["tokenmill", "audit", "doc", dup_id], repo).stdout

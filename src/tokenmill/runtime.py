@@ -7,6 +7,7 @@ nothing at the final path changes, so a killed stage can never be mistaken for a
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -28,6 +29,25 @@ KEY_LIBRARIES = ("tokenmill", "pyarrow", "duckdb", "warcio", "resiliparse", "tra
 def load_params(path: str | Path = "params.yaml") -> dict:
     with open(path) as f:
         return yaml.safe_load(f) or {}
+
+
+def merge_params(stage: str, defaults: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict:
+    """`params` over `defaults`, descending into dict-valued defaults one level.
+
+    An unknown key is an error naming it: a misspelt threshold must never leave the default silently in force.
+    """
+    out = copy.deepcopy(dict(defaults))
+    for key, value in (params or {}).items():
+        if key not in out:
+            raise ValueError(f"{stage}: unknown parameter {key!r} (known: {', '.join(sorted(out))})")
+        if isinstance(out[key], dict) and isinstance(value, Mapping):
+            unknown = set(value) - set(out[key])
+            if unknown and out[key]:
+                raise ValueError(f"{stage}.{key}: unknown parameters {sorted(unknown)} (known: {sorted(out[key])})")
+            out[key].update(copy.deepcopy(dict(value)))
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def sha1_file(path: str | Path, block: int = 1 << 20) -> str:

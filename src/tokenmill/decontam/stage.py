@@ -20,7 +20,7 @@ from tokenmill import schema
 from tokenmill.decontam.ngrams import NgramIndex, normalize
 from tokenmill.decontam.readers import benchmark_path, read_benchmark
 from tokenmill.docstage import Outcome, map_document_shards
-from tokenmill.runtime import StageRun, sha1_file, tree_digest
+from tokenmill.runtime import StageRun, merge_params, sha1_file, tree_digest
 
 STAGE = "decontaminate"
 DEFAULTS = {"ngram": 13, "min_item_words": 8, "threshold": 0.5, "min_matches": 20, "action": "drop",
@@ -42,7 +42,7 @@ CONTAMINATION = pa.schema(
 
 
 def resolve_params(params: Mapping[str, Any]) -> dict:
-    p = {**DEFAULTS, **dict(params)}
+    p = merge_params("decontaminate", DEFAULTS, params)
     if p["action"] not in ("drop", "flag"):
         raise ValueError(f"decontaminate: action must be drop or flag, got {p['action']!r}")
     if not 0 < float(p["threshold"]) <= 1:

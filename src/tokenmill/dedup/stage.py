@@ -26,7 +26,6 @@ that survive exact and near dedup (copies would otherwise inflate the counts) an
 
 from __future__ import annotations
 
-import copy
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from tokenmill import schema
 from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.text import exact_key, line_hashes, remove_lines
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, tree_digest
+from tokenmill.runtime import StageRun, merge_params, tree_digest
 
 STAGE = "dedup"
 
@@ -69,16 +68,7 @@ SIG_ROWS = 4096  # documents per sketch batch
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """DEFAULTS overlaid with the given params (one level deep); unknown keys are an error."""
-    out = copy.deepcopy(DEFAULTS)
-    for section, values in (params or {}).items():
-        if section not in out:
-            raise ValueError(f"dedup: unknown parameter section {section!r} (known: {sorted(out)})")
-        unknown = set(values or {}) - set(out[section])
-        if unknown:
-            raise ValueError(f"dedup.{section}: unknown parameters {sorted(unknown)}")
-        out[section].update(values or {})
-    return out
+    return merge_params("dedup", DEFAULTS, params)
 
 
 def lsh_shape(near: Mapping[str, Any]) -> tuple[int, int]:

@@ -18,10 +18,10 @@ prose.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable, Mapping
 
 from tokenmill.docstage import Outcome
+from tokenmill.runtime import merge_params
 from tokenmill.filters import c4, fineweb, gopher, langid, urls
 from tokenmill.filters.text import Measure, Text
 
@@ -45,24 +45,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, one level deep. Unknown groups, keys and bucket switches raise: a misspelt
-    threshold must not silently leave the default in force."""
-    out = copy.deepcopy(DEFAULTS)
+    """params over DEFAULTS (unknown groups and keys raise); bucket switches must name known groups."""
+    params = dict(params or {})
+    buckets = params.pop("buckets", None) or {}
+    out = merge_params("filter", DEFAULTS, params)
     out["buckets"] = {}
-    for group, values in (params or {}).items():
-        if group == "buckets":
-            for bucket, switches in (values or {}).items():
-                bad = set(switches or {}) - set(GROUPS)
-                if bad:
-                    raise ValueError(f"filter.buckets.{bucket}: unknown groups {sorted(bad)}; known: {GROUPS}")
-                out["buckets"][bucket] = {g: bool(v) for g, v in (switches or {}).items()}
-            continue
-        if group not in DEFAULTS:
-            raise ValueError(f"filter: unknown parameter group {group!r}; known: {sorted(DEFAULTS)} + buckets")
-        bad = set(values or {}) - set(DEFAULTS[group])
+    for bucket, switches in buckets.items():
+        bad = set(switches or {}) - set(GROUPS)
         if bad:
-            raise ValueError(f"filter.{group}: unknown keys {sorted(bad)}; known: {sorted(DEFAULTS[group])}")
-        out[group].update(values or {})
+            raise ValueError(f"filter.buckets.{bucket}: unknown groups {sorted(bad)}; known: {GROUPS}")
+        out["buckets"][bucket] = {g: bool(v) for g, v in (switches or {}).items()}
     return out
 
 

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from tokenmill.runtime import merge_params
+
 from .core import token_dtype
 from .sample import Source, as_stream, write_sample
 
@@ -53,10 +55,7 @@ FILES = ("tokenizer.model", "tokenizer.vocab", "meta.json", "hf/tokenizer.json",
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    unknown = set(params or {}) - set(DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown tokenizer parameters: {sorted(unknown)} (known: {sorted(DEFAULTS)})")
-    p = {**DEFAULTS, **(params or {})}
+    p = merge_params("tokenizer", DEFAULTS, params)
     if p["model_type"] not in ("bpe", "unigram"):
         raise ValueError(f"tokenizer.model_type must be bpe or unigram, got {p['model_type']!r}")
     p["user_defined_symbols"] = list(p["user_defined_symbols"])
