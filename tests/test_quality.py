@@ -58,7 +58,7 @@ def trained(tmp_path_factory):
         "positives": {"sources": ["wiki"], "paths": [], "max_examples": 5000},
         "negatives": {"buckets": ["web"], "max_examples": 5000},
         "cut_buckets": ["web"], "max_chars": 10000,
-        "model": {"dim": 32, "epoch": 25, "lr": 0.5, "word_ngrams": 2, "min_count": 1, "seed": 7, "folds": 2},
+        "model": {"dim": 32, "epoch": 25, "lr": 0.5, "word_ngrams": 2, "min_count": 1, "seed": 7, "folds": 2, "hash_buckets": 100000},
         "min_separation": 0.2,
         "keep": {"mode": "top_fraction", "top_fraction": 0.3, "threshold": 0.5},
     }
@@ -116,7 +116,7 @@ def test_training_is_deterministic(trained, tmp_path):
     from tokenmill.quality import train
     pos = [prepare(r["text"], 10000) for r in rows if r["source"] == "wiki"][:200]
     neg = [prepare(r["text"], 10000) for r in rows if r["source"] == "crawl"][:200]
-    cfg = {"dim": 16, "epoch": 3, "lr": 0.1, "word_ngrams": 2, "min_count": 1, "seed": 3}
+    cfg = {"dim": 16, "epoch": 3, "lr": 0.1, "word_ngrams": 2, "min_count": 1, "seed": 3, "hash_buckets": 10000}
     train(pos, neg, cfg, tmp_path / "a.bin")
     train(pos, neg, cfg, tmp_path / "b.bin")
     assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
@@ -128,7 +128,7 @@ def test_a_classifier_that_did_not_learn_is_an_error(trained, tmp_path, monkeypa
     schema.write_parquet(rows[:40] + rows[-40:], schema.DOCUMENT, data / "dedup" / "documents" / "part-0.parquet")
     params = {"positives": {"sources": ["wiki"], "paths": [], "max_examples": 100},
               "negatives": {"buckets": ["web"], "max_examples": 100}, "cut_buckets": ["web"], "max_chars": 10000,
-              "model": {"dim": 8, "epoch": 1, "lr": 0.001, "word_ngrams": 1, "min_count": 1, "seed": 1, "folds": 2},
+              "model": {"dim": 8, "epoch": 1, "lr": 0.001, "word_ngrams": 1, "min_count": 1, "seed": 1, "folds": 2, "hash_buckets": 1000},
               "min_separation": 0.2, "keep": {"mode": "threshold", "top_fraction": 0.5, "threshold": 0.5}}
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="did not learn"):

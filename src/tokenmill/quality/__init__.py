@@ -114,7 +114,7 @@ def _train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: str) ->
         model = fasttext.train_supervised(train_file, dim=int(model_cfg["dim"]), epoch=int(model_cfg["epoch"]),
                                           lr=float(model_cfg["lr"]), wordNgrams=int(model_cfg["word_ngrams"]),
                                           minCount=int(model_cfg["min_count"]), seed=int(model_cfg["seed"]),
-                                          thread=1, verbose=0)
+                                          bucket=int(model_cfg["hash_buckets"]), thread=1, verbose=0)
     finally:
         os.unlink(train_file)
     model.save_model(out_path)
