@@ -26,7 +26,7 @@ BIN = Path(sys.executable).parent
 
 def _run(args, cwd, check=True):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "TOKENMILL_PROGRESS": "0"}
+           "TOKENMILL_PROGRESS": "0", **IDENTITY}
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -52,7 +52,9 @@ sample: {n_docs: 800, eval_items: 40, planted_eval_items: 8}
 tokenizer: {vocab_size: 2000}
 train: {token_budget: 300000}
 """
-GIT = ["git", "-c", "user.name=tokenmill-test", "-c", "user.email=test@tokenmill.invalid"]
+# git commits made by the test and by `dvc exp` need an identity, whatever the machine's git config says.
+IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
+            for what, value in (("NAME", "tokenmill-test"), ("EMAIL", "test@tokenmill.invalid"))}
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +164,7 @@ def test_mixture_experiments(demo):
     temporary copy (so everything a stage reads must be tracked); `dvc exp show` lists them side by side."""
     repo, _ = demo
     _run(["git", "add", "-A"], repo)
-    _run([*GIT, "commit", "-qm", "demo baseline"], repo)
+    _run(["git", "commit", "-qm", "demo baseline"], repo)
 
     out = _run(["dvc", "exp", "run", "-n", "code-heavy", "-S", "mixture=code_heavy"], repo).stdout
     ran = {s for s in ("sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer",
