@@ -27,6 +27,7 @@ import platform
 import re
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,10 @@ def run_single(name: str, repeat: int, data: Path) -> dict:
                       text_chars=chars)
     result.update(name=name, kind=kind, extractor=extractor, workers=workers, peak_rss_mb=_rss_mb(),
                   peak_child_rss_mb=_rss_mb(resource.RUSAGE_CHILDREN))
+    if kind == "ingest":  # after the peaks are taken: reading Parquet here would raise this process's peak
+        out = result.pop("out_dir")
+        result["kept_by_fallback"] = _fallback_count(Path(out) / "decisions")
+        shutil.rmtree(out)
     return result
 
 
@@ -140,31 +145,30 @@ def _bench_ingest(extractor: str, workers: int, repeat: int, data: Path) -> dict
 
     files = archive_files(data)
     rss_before = _rss_mb()
-    runs, counts = [], {}
+    runs, out = [], None
     for _ in range(repeat):
-        with tempfile.TemporaryDirectory(prefix="bench_ingest_") as out:
-            tasks = [IngestTask(source=asdict(Source(name="bench", format=archive_format(p), paths=[str(p)],
-                                                     bucket="web", licence="various")),
-                                path=str(p), file=p.name, shard=f"bench-{i:05d}", out_dir=out,
-                                extractor=extractor, max_payload_bytes=10_000_000)
-                     for i, p in enumerate(files)]
-            timed, wall, cpu, other = _timed(
-                lambda: LocalExecutor(workers).map(_ingest_file_timed, tasks, desc="ingest"))
-            slowest = max(((Path(t.path).name, sec) for t, (_, sec) in zip(tasks, timed)), key=lambda x: x[1])
-            runs.append((wall, cpu, other, slowest))
-            results = [r for r, _ in timed]
-            fallbacks = _fallback_count(Path(out) / "decisions")
-        counts, kept_by_file = {}, {}
-        for r in results:
-            kept_by_file[r["file"].split(":", 1)[1]] = r["counts"].get("keep:extracted", 0)
-            for key, n in r["counts"].items():
-                counts[key] = counts.get(key, 0) + n
+        if out:
+            shutil.rmtree(out)
+        out = tempfile.mkdtemp(prefix="bench_ingest_")  # the last run's shards are kept for _fallback_count
+        tasks = [IngestTask(source=asdict(Source(name="bench", format=archive_format(p), paths=[str(p)],
+                                                 bucket="web", licence="various")),
+                            path=str(p), file=p.name, shard=f"bench-{i:05d}", out_dir=out,
+                            extractor=extractor, max_payload_bytes=10_000_000)
+                 for i, p in enumerate(files)]
+        timed, wall, cpu, other = _timed(
+            lambda: LocalExecutor(workers).map(_ingest_file_timed, tasks, desc="ingest"))
+        slowest = max(((Path(t.path).name, sec) for t, (_, sec) in zip(tasks, timed)), key=lambda x: x[1])
+        runs.append((wall, cpu, other, slowest))
+    counts, kept_by_file = {}, {}  # identical in every run (ingest is deterministic); from the last one
+    for r, _ in timed:
+        kept_by_file[r["file"].split(":", 1)[1]] = r["counts"].get("keep:extracted", 0)
+        for key, n in r["counts"].items():
+            counts[key] = counts.get(key, 0) + n
     wall, cpu, other, slowest = min(runs)
     return {"files": len(files), "input_mb": sum(p.stat().st_size for p in files) / 1e6,
             "records": sum(counts.values()), "kept": counts.get("keep:extracted", 0),
             "counts": dict(sorted(counts.items())), "kept_by_file": kept_by_file, "slowest_file": slowest,
-            "kept_by_fallback": fallbacks,
-            "seconds": wall, "cpu_seconds": cpu, "other_load": other, "all_seconds": [r[0] for r in runs],
+            "out_dir": out, "seconds": wall, "cpu_seconds": cpu, "other_load": other, "all_seconds": [r[0] for r in runs],
             "rss_before_mb": rss_before}
 
 

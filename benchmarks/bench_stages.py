@@ -738,8 +738,9 @@ WikiText-2 raw test articles cut into ~3,000-character pieces at paragraph bound
 spaced ~5,000-character pieces of each of the 43 English books (hard-wrapped lines as published; licence \
 header or footer where a piece falls there), gutenberg_fr 10 of each of the 9 French books; abc_news 400 evenly \
 spaced blank-line-separated sections (stories or their sub-headed parts) of each of ABC rural and science. \
-The text pieces are written as JSONL into the temporary directory and ingested like the rest. Their buckets \
-(wiki, books, news) have no switches in filter.buckets: every rule group runs on every document.
+The text pieces are written as JSONL into the temporary directory and ingested like the rest. Gutenberg pieces \
+are in the books bucket, whose C4 and FineWeb line rules are off (filter.buckets.books: hard-wrapped lines end \
+mid-sentence); wiki and news run every rule group.
 - Stages: each on the previous stage's output with `execution: {{backend: local, workers: 1}}` (runs inline: \
 per-core figures); the filter stage also with 2 workers (spawn pool over the {ing['shards']} shards). \
 params.yaml's sections, except filter.licences.allow = the workload's licences, \
@@ -755,10 +756,10 @@ shared machine inflates far less than wall time.
 {chr(10).join(rows)}
 
 - filter: drops by first failing rule: {', '.join(f'{k} {n}' for k, n in top[:8])}{', …' if len(top) > 8 else ''}. \
-Survivors per source: {survive}. **Hard-wrapped prose fails tokenmill's document-level C4 punctuation rule**: \
-c4_terminal_punct_char_frac weighs lines by characters, and a Gutenberg piece's lines end mid-sentence, so \
-nearly every English Gutenberg piece is dropped (C4 itself, and datatrove, delete those lines and keep the \
-page when 3+ sentences remain; see the comparison below). Two workers: {f1['seconds'] / f2['seconds']:.2f}× the \
+Survivors per source: {survive}. Before books had their own bucket, \
+tokenmill's document-level C4 punctuation rule (c4_terminal_punct_char_frac, lines weighed by characters) kept 2 \
+of 1,226 English Gutenberg pieces, whose hard-wrapped lines end mid-sentence; C4 itself and datatrove delete such \
+lines and keep the page when 3+ sentences remain. Two workers: {f1['seconds'] / f2['seconds']:.2f}× the \
 1-worker wall speed, {f2['cpu_seconds']:.1f} CPU-s vs {f1['cpu_seconds']:.1f} (each spawned worker imports \
 tokenmill, pyarrow and fastText and loads lid.176 again; this workload is ~5 s of work).
 - dedup: {_dedup_line(res['dedup']['result'])}.
@@ -767,8 +768,8 @@ negatives, {qr.get('training', {}).get('folds', '?')} cross-fitted fastText mode
 {qm.get('heldout_auc', float('nan')):.3f}, separation {qm.get('heldout_separation', float('nan')):.3f}, \
 cut-off {qm.get('cutoff', float('nan')):.3f}. The stage time is mostly fixed cost: training, writing and \
 reloading the models, {res['final']['quality_model_mb']:.0f} MB of model files for {qr['counts']['in']:,} documents \
-(fastText's default 2M hash buckets × dim {_dim()} × 4 bytes ≈ 0.5 GB per model, whatever the data size); holding \
-them for scoring sets the peak RSS.
+(quality.model.hash_buckets sizes them: fastText's default of 2M word-bigram buckets made each model 0.5 GB at \
+dim {_dim()}, whatever the data size); holding them for scoring sets the peak RSS.
 - decontaminate: building the n-gram index of {dc['index_stats'].get('items', '?'):,} items \
 ({dc['index_stats'].get('keys', 0):,} 13-gram keys) takes {dc['index_seconds']:.1f} s \
 ({dc['index_cpu_seconds']:.1f} CPU-s) of the stage's {dc['seconds']:.1f} s, once per worker; matching alone runs at \
