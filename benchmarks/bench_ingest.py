@@ -168,8 +168,8 @@ def _bench_ingest(extractor: str, workers: int, repeat: int, data: Path) -> dict
     return {"files": len(files), "input_mb": sum(p.stat().st_size for p in files) / 1e6,
             "records": sum(counts.values()), "kept": counts.get("keep:extracted", 0),
             "counts": dict(sorted(counts.items())), "kept_by_file": kept_by_file, "slowest_file": slowest,
-            "out_dir": out, "seconds": wall, "cpu_seconds": cpu, "other_load": other, "all_seconds": [r[0] for r in runs],
-            "rss_before_mb": rss_before}
+            "out_dir": out, "seconds": wall, "cpu_seconds": cpu, "other_load": other,
+            "all_seconds": [r[0] for r in runs], "rss_before_mb": rss_before}
 
 
 def _fallback_count(decisions: Path) -> int:
@@ -309,13 +309,13 @@ slowest single file ({slow('resiliparse')}; {slow('trafilatura')}).
 
 
 def _load_warning(res: dict, nproc: int) -> str:
-    worst = max(r["other_load"] for r in res.values())
-    if worst < 0.25:
+    """A note naming the runs that had to share cores: their own workers plus other work exceeded nproc."""
+    hit = [n for n, r in res.items() if r["workers"] + r["other_load"] > nproc + 0.25]
+    if not hit:
         return ""
-    return (f"\n*The machine was shared with other work during this run (other processes kept up to {worst:.1f} "
-            f"of its {nproc} cores busy; see the last column): the wall-clock rows, and most of all the 2-worker "
-            f"speed-up, understate what an idle machine does; the per-CPU-second columns are the steadier "
-            f"per-core figures. Rerun with `--wait-quiet 600` on an idle machine for clean numbers.*\n")
+    return (f"\n*Other work on the machine competed for cores during {', '.join(hit)} (last column): those "
+            f"wall-clock figures, and a 2-worker speed-up among them, understate an idle machine; the per-CPU-second "
+            f"columns are the steadier per-core figures. `--wait-quiet 600` waits for an idle machine first.*\n")
 
 
 def write_section(out: Path, text: str) -> None:

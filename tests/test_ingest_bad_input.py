@@ -328,3 +328,19 @@ def test_unknown_format_is_a_source_error(tmp_path, ingest, warc_builder):
     msg = str(exc.value)
     assert "\n" not in msg and "odd_source" in msg and "warcx" in msg
     _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize("payload, label", [
+    (b"\xef\xbb\xbf<html><body><p>Caf\xc3\xa9 cr\xc3\xa8me, a complete sentence here.</p></body></html>", "text/html"),
+    (b"\xef\xbb\xbf<html><body><p>Caf\xc3\xa9 cr\xc3\xa8me, a complete sentence here.</p></body></html>",
+     "text/html; charset=iso-8859-1"),
+    ("\ufeff<html><body><p>Café crème, a complete sentence here.</p></body></html>".encode("utf-16-le"), "text/html"),
+])
+def test_byte_order_mark_wins_and_is_not_kept(payload, label):
+    # WHATWG: a BOM outranks the declared charset; the BOM itself must not reach the text (it changes
+    # exact-duplicate hashes and tokens).
+    from tokenmill.ingest.text import payload_to_text
+
+    text, charset, _ = payload_to_text(payload, label, "resiliparse")
+    assert text == "Café crème, a complete sentence here."
+    assert charset.startswith("utf")
