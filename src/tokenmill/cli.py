@@ -15,7 +15,8 @@ DEFAULT_DB = str(Path("lineage") / lineage.DB_NAME)
 def _table(rows: list[tuple], header: list[str]) -> str:
     cells = [header] + [["" if v is None else str(v) for v in r] for r in rows]
     widths = [min(80, max(len(c[i]) for c in cells)) for i in range(len(header))]
-    lines = ["  ".join(c[i][:80].ljust(widths[i]) for i in range(len(header))) for c in cells]
+    # Columns are padded to at most 80 characters but never cut: auditors copy ids and urls from here.
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(header))).rstrip() for c in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -45,9 +46,14 @@ def audit_doc(con, key: str) -> int:
         for stage, action, reason, scores, details in decisions:
             print(f"  {stage:<14}{action} ({reason})")
             if scores:
-                print("                scores: " + ", ".join(f"{k}={v:g}" for k, v in sorted(scores.items())))
+                items = [f"{k}={v:g}" for k, v in sorted(scores.items())]
+                for i in range(0, len(items), 4):  # four to a line: the filter records thirty-odd measures
+                    print(("                scores: " if i == 0 else " " * 24) + ", ".join(items[i:i + 4]))
             if details:
                 for k, v in sorted(json.loads(details).items()):
+                    if k == "duplicate_of":  # name the kept document by its url too
+                        url = con.execute("SELECT url FROM records WHERE doc_id = ?", [v]).fetchone()
+                        v = f"{v} ({url[0]})" if url and url[0] else v
                     print(f"                {k}: {v}")
         tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
         if "token_index" in tables:
