@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from tokenmill import schema
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, tree_digest
+from tokenmill.runtime import StageRun, input_id
 
 
 @dataclass
@@ -75,7 +75,7 @@ def map_document_shards(run: StageRun, input_stage: str, processor: str, params:
     """Apply `processor` to every document shard of `input_stage`, writing into `run`'s output."""
     data_root = Path(data_root)
     shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
-    run.input_hashes[input_stage] = tree_digest(data_root / input_stage / "documents")
+    run.input_hashes[input_stage] = input_id(data_root / input_stage)
     tasks = [ShardTask(run.stage, processor, dict(params), str(p), str(run.tmp)) for p in shards]
     with make_executor(execution_cfg) as ex:
         for result in ex.map(process_shard, tasks, desc=run.stage):

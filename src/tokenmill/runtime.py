@@ -67,6 +67,25 @@ def tree_digest(root: str | Path) -> str:
     return h.hexdigest()
 
 
+def read_manifest(stage_dir: str | Path) -> dict:
+    path = Path(stage_dir) / "manifest.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{stage_dir} has no manifest.json: run that stage first")
+    return json.loads(path.read_text())
+
+
+def input_id(stage_dir: str | Path) -> str:
+    """How a stage names an input directory: the run id of the stage that wrote it, if one did.
+
+    The run id already hashes the producer's parameters, inputs and code, and outputs are a deterministic
+    function of those (contract 6), so it identifies the content without reading it all again. Directories
+    made by hand or imported have no manifest and are named by their content hash.
+    """
+    if (Path(stage_dir) / "manifest.json").exists():
+        return "run:" + read_manifest(stage_dir)["run_id"]
+    return "sha1:" + tree_digest(stage_dir)
+
+
 def code_version() -> str:
     """Hash of tokenmill's own source: a code change yields a new run id even without a git commit."""
     h = hashlib.sha1()

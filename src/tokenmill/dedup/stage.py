@@ -40,7 +40,7 @@ from tokenmill import schema
 from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.text import exact_key, line_hashes, remove_lines
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, merge_params, tree_digest
+from tokenmill.runtime import StageRun, merge_params, input_id
 
 STAGE = "dedup"
 
@@ -246,7 +246,7 @@ def run_dedup(params: Mapping[str, Any] | None, execution_cfg: Mapping[str, Any]
     exe = dict(execution_cfg or {})
     bands, rows = lsh_shape(p["near"])
     with StageRun(STAGE, data_root / STAGE, p, input_stage=input_stage) as run:
-        run.input_hashes[input_stage] = tree_digest(in_dir)
+        run.input_hashes[input_stage] = input_id(data_root / input_stage)
         work = run.tmp / "_work"
         (run.tmp / "documents").mkdir(parents=True)
         (run.tmp / "decisions").mkdir(parents=True)

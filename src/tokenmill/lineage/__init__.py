@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 
 from tokenmill.lineage.planted import build_planted
-from tokenmill.runtime import StageRun
+from tokenmill.runtime import StageRun, read_manifest
 
 DB_NAME = "lineage.duckdb"
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
@@ -32,10 +32,7 @@ def _glob(data_root: Path, stage: str, table: str) -> str:
 
 
 def _manifest(data_root: Path, stage: str) -> dict:
-    path = data_root / stage / "manifest.json"
-    if not path.exists():
-        raise FileNotFoundError(f"stage {stage!r} has no manifest at {path}: run it before building the lineage")
-    return json.loads(path.read_text())
+    return read_manifest(data_root / stage)
 
 
 def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, sources_cfg: dict) -> None:

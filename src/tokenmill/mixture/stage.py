@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from tokenmill import schema
 from tokenmill.mixture import build_plan, parse_phases, token_budget, tokens_per_step
-from tokenmill.runtime import StageRun, tree_digest
+from tokenmill.runtime import StageRun, input_id
 
 
 def _write(table: pa.Table, path: Path) -> None:
@@ -43,7 +43,7 @@ def run_mixture(mixture_cfg: Mapping, train_cfg: Mapping, model_cfg: Mapping, cu
     phases = parse_phases(mixture_cfg["phases"])
     params = {"mixture": dict(mixture_cfg), "train": dict(train_cfg), "model": dict(model_cfg), "token_budget": budget}
     with StageRun("mixture", out_dir, params, input_stage="tokenize") as run:
-        run.input_hashes["tokenize"] = tree_digest(tok / "index")
+        run.input_hashes["tokenize"] = input_id(tok)
         result = build_plan(index, phases, budget, int(mixture_cfg["seed"]),
                             mixture_cfg.get("max_epochs", 4.0), float(mixture_cfg.get("heldout_fraction", 0.0)))
         plan = result["plan"]

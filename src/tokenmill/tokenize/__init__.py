@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from tokenmill import schema
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, sha1_file, tree_digest
+from tokenmill.runtime import StageRun, input_id
 
 STAGE = "tokenize"
 INDEX = pa.schema([
@@ -120,8 +120,8 @@ def run_tokenize(params: Mapping, execution_cfg: Mapping | None, data_root: str 
     tok = Tokenizer(tok_dir)
     quality = data_root / "quality" / "decisions"
     with StageRun(STAGE, data_root / STAGE, dict(params), input_stage=input_stage) as run:
-        run.input_hashes[input_stage] = tree_digest(data_root / input_stage / "documents")
-        run.input_hashes["tokenizer"] = sha1_file(tok_dir / "tokenizer.model")
+        run.input_hashes[input_stage] = input_id(data_root / input_stage)
+        run.input_hashes[tokenizer_stage] = input_id(tok_dir)
         tiers = tier_cutoffs(params.get("quality_tiers") or {}, data_root / input_stage / "documents", quality)
         run.extra["quality_tier_cutoffs"] = tiers
         tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,

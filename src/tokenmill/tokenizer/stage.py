@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from tokenmill.runtime import StageRun, tree_digest
+from tokenmill.runtime import StageRun, input_id
 
 from .audit import audit
 from .core import Tokenizer
@@ -36,7 +36,7 @@ def run_tokenizer(params: Mapping[str, Any] | None, weights: Mapping[str, float]
     recorded = {**p, "weights": dict(sorted((weights or {}).items())) or None,
                 "audit_bytes_per_bucket": audit_bytes_per_bucket}
     with StageRun(STAGE, data_root / STAGE, recorded, input_stage=None) as run:
-        run.input_hashes[input_stage] = tree_digest(in_dir)
+        run.input_hashes[input_stage] = input_id(data_root / input_stage)
         meta = train_tokenizer(parquet_source(shards), weights, p, run.tmp)
         report = audit(Tokenizer(run.tmp), parquet_source(shards), max_bytes_per_bucket=audit_bytes_per_bucket)
         (run.tmp / "audit.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
