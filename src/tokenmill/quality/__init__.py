@@ -178,14 +178,10 @@ class QualityProcessor:
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """Probability that a positive outscores a negative (ties count half)."""
-    order = np.argsort(np.concatenate([pos, neg]), kind="stable")
-    ranks = np.empty(len(order))
-    ranks[order] = np.arange(1, len(order) + 1)
-    allv = np.concatenate([pos, neg])
-    for v in np.unique(allv):  # average ranks of ties
-        m = allv == v
-        ranks[m] = ranks[m].mean()
+    """Probability that a positive outscores a negative (ties count half): the Mann-Whitney statistic."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.concatenate([pos, neg]))  # tied scores share their average rank
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
