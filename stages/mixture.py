@@ -6,13 +6,11 @@ from tokenmill.mixture import MixtureError
 from tokenmill.mixture.stage import run_mixture
 from tokenmill.runtime import load_params
 
-CURATION = ["ingest", "filter", "pii", "dedup", "quality", "decontaminate"]
-
 
 def main() -> int:
     p = load_params()
     try:
-        m = run_mixture(p["mixture"], p["train"], p["model"], CURATION, data_root="data")
+        m = run_mixture(p["mixture"], p["train"], p["model"], data_root="data")
     except MixtureError as exc:
         print(exc, file=sys.stderr)
         return 2

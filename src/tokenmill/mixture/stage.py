@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Mapping
 
@@ -12,32 +11,58 @@ import pyarrow.parquet as pq
 
 from tokenmill import schema
 from tokenmill.mixture import build_plan, parse_phases, token_budget, tokens_per_step
-from tokenmill.runtime import StageRun, input_id
+from tokenmill.runtime import StageRun, input_id, read_manifest
 
 
 def _write(table: pa.Table, path: Path) -> None:
     schema.write_parquet(table, table.schema, path)
 
 
-def effective_tokens(con: duckdb.DuckDBPyConnection, data_root: Path, curation_stages: list[str],
-                     tokens_per_char: float, plan_tokens: int, packed_tokens: int) -> list[dict]:
-    """Nominal tokens at each step of curation (estimated from text length), then planned and packed."""
-    rows = []
-    for stage in curation_stages:
-        chars = con.execute(f"SELECT coalesce(sum(length(text)), 0) FROM read_parquet('{data_root / stage / 'documents' / '*.parquet'}')").fetchone()[0]
-        rows.append({"step": f"after {stage}", "tokens": round(chars * tokens_per_char), "estimated": True})
+def text_bytes(documents: Path) -> int:
+    """UTF-8 bytes of the text column, from Parquet metadata alone (no data is read).
+
+    Uncompressed column size less the 4-byte length prefix of each value: exact for plain-encoded text,
+    close when pages are dictionary-encoded. Good enough for an estimate, and the same on every stage.
+    """
+    total = 0
+    for path in sorted(documents.glob("*.parquet")):
+        meta = pq.ParquetFile(path).metadata
+        col = meta.schema.to_arrow_schema().get_field_index("text")
+        for i in range(meta.num_row_groups):
+            rg = meta.row_group(i)
+            total += rg.column(col).total_uncompressed_size - 4 * rg.num_rows
+    return max(total, 0)
+
+
+def curation_chain(data_root: Path, last: str) -> list[str]:
+    """The document stages that led to `last`, oldest first, from the manifests' input_stage links."""
+    chain = [last]
+    while (up := read_manifest(data_root / chain[-1]).get("input_stage")) is not None:
+        chain.append(up)
+    return chain[::-1]
+
+
+def effective_tokens(data_root: Path, stages: list[str], tokens: int, plan_tokens: int, packed_tokens: int) -> list[dict]:
+    """Nominal tokens after each curation stage, then planned and packed.
+
+    Curation stages are not tokenized: their tokens are estimated from their text bytes with the tokens per
+    byte measured on the last stage, which was.
+    """
+    sizes = {stage: text_bytes(data_root / stage / "documents") for stage in stages}
+    per_byte = tokens / max(1, sizes[stages[-1]])
+    rows = [{"step": f"after {stage}", "tokens": round(n * per_byte), "estimated": True} for stage, n in sizes.items()]
     rows.append({"step": "planned (with repeats)", "tokens": plan_tokens, "estimated": False})
     rows.append({"step": "in full training steps (after packing)", "tokens": packed_tokens, "estimated": False})
     return rows
 
 
-def run_mixture(mixture_cfg: Mapping, train_cfg: Mapping, model_cfg: Mapping, curation_stages: list[str],
+def run_mixture(mixture_cfg: Mapping, train_cfg: Mapping, model_cfg: Mapping,
                 data_root: str | Path = "data", out_dir: str | Path | None = None) -> dict:
     data_root = Path(data_root)
     out_dir = Path(out_dir) if out_dir else data_root / "mixture"
     tok = data_root / "tokenize"
     index = pa.concat_tables([pq.read_table(p) for p in sorted((tok / "index").glob("*.parquet"))])
-    tok_manifest = json.loads((tok / "manifest.json").read_text())
+    tok_manifest = read_manifest(tok)
     vocab_size = int(tok_manifest["vocab_size"])
     budget = token_budget(train_cfg, model_cfg, vocab_size)
     phases = parse_phases(mixture_cfg["phases"])
@@ -76,11 +101,10 @@ def run_mixture(mixture_cfg: Mapping, train_cfg: Mapping, model_cfg: Mapping, cu
         step_tokens = tokens_per_step(train_cfg)
         plan_tokens = int(con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0])
         steps = plan_tokens // step_tokens
-        chars = con.execute(f"SELECT sum(length(text)) FROM read_parquet('{data_root / curation_stages[-1] / 'documents' / '*.parquet'}')").fetchone()[0] or 1
         tokens_in_index = int(con.execute("SELECT sum(length) FROM idx").fetchone()[0] or 0)
-        report = effective_tokens(con, data_root, curation_stages, tokens_in_index / chars, plan_tokens,
-                                  steps * step_tokens)
         con.close()
+        report = effective_tokens(data_root, curation_chain(data_root, tok_manifest["input_stage"]),
+                                  tokens_in_index, plan_tokens, steps * step_tokens)
         run.metrics.update({
             "token_budget": budget, "plan_tokens": plan_tokens, "tokens_per_step": step_tokens, "steps": steps,
             "packing_waste_tokens": plan_tokens - steps * step_tokens,
