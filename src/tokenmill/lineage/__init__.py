@@ -35,6 +35,14 @@ def _manifest(data_root: Path, stage: str) -> dict:
     return read_manifest(data_root / stage)
 
 
+def _insert_run(con: duckdb.DuckDBPyConnection, order: int | None, m: dict) -> None:
+    documents = order is not None  # only document stages have counts in and out
+    con.execute("INSERT INTO stage_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                [order, m["stage"], m["run_id"], m.get("input_stage"), m["code_version"], m["seconds"],
+                 m["counts"]["in"] if documents else None, m["counts"]["out"] if documents else None,
+                 json.dumps(m["counts"]), json.dumps(m["params"]), json.dumps(m["inputs"]), json.dumps(m["versions"])])
+
+
 def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, sources_cfg: dict) -> None:
     """Create the lineage tables in `con`. `stages` is the pipeline order, ingest first."""
     if not stages or stages[0] != "ingest":
@@ -45,10 +53,7 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
         input_stage VARCHAR, code_version VARCHAR, seconds DOUBLE, documents_in BIGINT, documents_out BIGINT,
         counts JSON, params JSON, inputs JSON, versions JSON)""")
     for order, m in enumerate(manifests):
-        con.execute("INSERT INTO stage_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    [order, m["stage"], m["run_id"], m.get("input_stage"), m["code_version"], m["seconds"],
-                     m["counts"]["in"], m["counts"]["out"], json.dumps(m["counts"]), json.dumps(m["params"]),
-                     json.dumps(m["inputs"]), json.dumps(m["versions"])])
+        _insert_run(con, order, m)
 
     con.execute(f"CREATE TABLE records AS SELECT * FROM read_parquet('{_glob(data_root, 'ingest', 'records')}') ORDER BY source, file, doc_id")
     con.execute(f"CREATE TABLE read_errors AS SELECT * FROM read_parquet('{_glob(data_root, 'ingest', 'read_errors')}') ORDER BY source, file, \"offset\"")
@@ -71,11 +76,7 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{data_root / pattern}')")
     for stage in ("tokenize", "mixture"):
         if (data_root / stage / "manifest.json").exists():
-            m = json.loads((data_root / stage / "manifest.json").read_text())
-            con.execute("INSERT INTO stage_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                        [None, m["stage"], m["run_id"], m.get("input_stage"), m["code_version"], m["seconds"],
-                         None, None, json.dumps(m["counts"]), json.dumps(m["params"]), json.dumps(m["inputs"]),
-                         json.dumps(m["versions"])])
+            _insert_run(con, None, read_manifest(data_root / stage))  # no stage_order: not a document stage
 
     # The fate of every record: dropped where a stage dropped it, otherwise kept by the last stage.
     con.execute("""CREATE TABLE documents AS
