@@ -23,7 +23,6 @@ import datetime as dt
 import gzip
 import json
 import os
-import platform
 import re
 import resource
 import shlex
@@ -33,12 +32,14 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
+
+from benchlib import machine, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data"
 SECTION = "## Ingest and HTML extraction"
+INGEST_LIBRARIES = ("tokenmill", "resiliparse", "trafilatura", "warcio", "lxml", "pyarrow")
 EXTRACTORS = ("resiliparse", "trafilatura")
 # name -> (kind, extractor, workers)
 CONFIGS = {f"{kind}-{ex}-w{w}": (kind, ex, w)
@@ -209,19 +210,6 @@ def _import_ingest(_):
 
 # --- the driver -------------------------------------------------------------------------------------------
 
-def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or "unknown")
-    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                  if line.startswith("MemTotal"))
-    versions = {}
-    for lib in ("tokenmill", "resiliparse", "trafilatura", "warcio", "lxml", "pyarrow"):
-        try:
-            versions[lib] = metadata.version(lib)
-        except metadata.PackageNotFoundError:
-            versions[lib] = "not installed"
-    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "ram_gib": mem_kb / 2**20,
-            "python": platform.python_version(), "versions": versions, "os": platform.platform()}
 
 
 def run_config(name: str, repeat: int, data: Path) -> dict:
@@ -318,15 +306,6 @@ def _load_warning(res: dict, nproc: int) -> str:
             f"columns are the steadier per-core figures. `--wait-quiet 600` waits for an idle machine first.*\n")
 
 
-def write_section(out: Path, text: str) -> None:
-    old = out.read_text(encoding="utf-8") if out.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.M | re.S)
-    new = pattern.sub(lambda _: text + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
-    os.replace(tmp, out)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=2, help="repetitions per configuration; the best is reported")
@@ -357,9 +336,9 @@ def main(argv: list[str] | None = None) -> None:
               file=sys.stderr, flush=True)
     startup = min(pool_startup(2) for _ in range(args.repeat))
     command = shlex.join(["python", "benchmarks/bench_ingest.py", *(argv if argv is not None else sys.argv[1:])])
-    text = section(res, startup, machine(), command, started, time.perf_counter() - t0, quiet)
+    text = section(res, startup, machine(INGEST_LIBRARIES), command, started, time.perf_counter() - t0, quiet)
     print(text)
-    write_section(args.out, text)
+    write_section(args.out, SECTION, text)
     print(f"wrote {args.out}", file=sys.stderr)
 
 

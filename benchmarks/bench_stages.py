@@ -41,7 +41,6 @@ import gzip
 import importlib.util
 import json
 import os
-import platform
 import re
 import resource
 import shlex
@@ -51,6 +50,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import machine, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data"
@@ -545,22 +546,9 @@ def decisions(folder: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def machine(dt_versions: dict | None) -> dict:
-    from importlib import metadata
-
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or "unknown")
-    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                  if line.startswith("MemTotal"))
-    versions = {}
-    for lib in ("tokenmill", "pyarrow", "fasttext-numpy2", "duckdb", "numpy", "resiliparse", "warcio", "datasketch"):
-        try:
-            versions[lib] = metadata.version(lib)
-        except metadata.PackageNotFoundError:
-            versions[lib] = "not installed"
-    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "ram_gib": mem_kb / 2**20,
-            "python": platform.python_version(), "versions": versions, "dt_versions": dt_versions or {},
-            "os": platform.platform()}
+def machine_with_datatrove(dt_versions: dict | None) -> dict:
+    return {**machine(("tokenmill", "pyarrow", "fasttext-numpy2", "duckdb", "numpy", "resiliparse", "warcio",
+                       "datasketch")), "dt_versions": dt_versions or {}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -634,13 +622,13 @@ def main(argv: list[str] | None = None) -> None:
             run(stage)
         final = run("final", repeat=1)
         stats = {**res["export-ingest"]["stats"], **res["export-filter"]["stats"], **final["stats"]}
-        info = machine(res.get("dt-filter", {}).get("versions"))
+        info = machine_with_datatrove(res.get("dt-filter", {}).get("versions"))
         command = shlex.join(["python", "benchmarks/bench_stages.py", *(argv if argv is not None else sys.argv[1:])])
         text = section(res, stats, final.get("cmp"), info, load, command, started, time.perf_counter() - t_start,
                        res["prep"]["src_bytes"], args.repeat)
         print(text)
         if args.out:
-            write_section(args.out, text)
+            write_section(args.out, SECTION, text)
             print(f"wrote {args.out}", file=sys.stderr)
         (work / "results.json").write_text(json.dumps({"res": res, "stats": stats}, default=str))
     finally:
@@ -912,15 +900,6 @@ documents, shards of at most ~1.5 MB of text): fixed costs (model loading, index
 fastText training and writing its models) weigh far more than in a production run with shards of hundreds of
 MB, and after the filter stage the later stages see only its survivors.{dt_note}
 """
-
-
-def write_section(out: Path, text: str) -> None:
-    old = out.read_text(encoding="utf-8") if out.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    new = pattern.sub(lambda _: text + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
-    os.replace(tmp, out)
 
 
 if __name__ == "__main__":

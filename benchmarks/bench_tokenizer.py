@@ -25,15 +25,14 @@ import gzip
 import json
 import multiprocessing as mp
 import os
-import platform
-import re
 import shlex
 import sys
 import sysconfig
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
+
+from benchlib import machine, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data"
@@ -154,19 +153,6 @@ def check_equal(model_dir: Path, docs: list[str]) -> bool:
 
 # --- report -----------------------------------------------------------------------------------------------
 
-def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {n: metadata.version(n) for n in ("sentencepiece", "tokenizers", "transformers")}
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), **versions}
-
-
 NAMES = {"sp": "SentencePiece `encode`", "hf": "tokenizers `encode_batch`", "hf_fast": "tokenizers `encode_batch_fast`"}
 
 
@@ -193,8 +179,8 @@ def section(train: list[dict], enc: list[dict], info: dict, command: str, starte
     e0 = enc[0]
     return f"""{SECTION}
 
-Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}; sentencepiece {info['sentencepiece']},
-tokenizers {info['tokenizers']}, transformers {info['transformers']}. Date: {started}. Load average at start
+Machine: {info['cpu']}, {info['nproc']} cores, Python {info['python']}; sentencepiece {info['versions']['sentencepiece']},
+tokenizers {info['versions']['tokenizers']}, transformers {info['versions']['transformers']}. Date: {started}. Load average at start
 {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (the machine is shared: wall figures vary, per-CPU-second ones less).
 Command: `{command}`
 
@@ -214,15 +200,6 @@ With a load average above the core count, two processes cannot get two cores: tr
 """
 
 
-def write_section(out: Path, text: str) -> None:
-    old = out.read_text(encoding="utf-8") if out.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.M | re.S)
-    new = pattern.sub(lambda _: text + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
-    os.replace(tmp, out)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sample-mb", type=float, default=20, help="BPE training sample, MB (default 20)")
@@ -240,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
 
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()
-    info = machine()
+    info = machine(("sentencepiece", "tokenizers", "transformers"))
     docs = corpus(args.data.resolve())
     train = []
     with tempfile.TemporaryDirectory(prefix="bench-tok-") as tmp:
@@ -272,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({"train": [{k: t[k] for k in ("model_type", "vocab_size", "seconds")} for t in train],
                       "encode": enc}, indent=1), file=sys.stderr)
     if args.out:
-        write_section(args.out, text)
+        write_section(args.out, SECTION, text)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,35 @@
+"""What every benchmark script shares: describing the machine and (re)writing its section of RESULTS.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+
+def machine(libraries: tuple[str, ...] | list[str]) -> dict:
+    """nproc, CPU model, RAM, Python, OS and the versions of `libraries`."""
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown")
+    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                  if line.startswith("MemTotal"))
+    versions = {}
+    for lib in libraries:
+        try:
+            versions[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            versions[lib] = "not installed"
+    return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "ram_gib": mem_kb / 2**20,
+            "python": platform.python_version(), "versions": versions, "os": platform.platform()}
+
+
+def write_section(out: Path, title: str, text: str) -> None:
+    """Replace the section headed `title` in `out` (or append it), atomically; other sections stay."""
+    old = out.read_text(encoding="utf-8") if out.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+    new = pattern.sub(lambda _: text + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
+    os.replace(tmp, out)
