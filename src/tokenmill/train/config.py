@@ -1,0 +1,238 @@
+"""The training configuration (`model` and `train` sections of params.yaml) and the model's size.
+
+Torch-free on purpose: the mixture stage sizes its token budget with `model_size` and must not import torch.
+Every model is strict: an unknown key or a value of the wrong type is an error that names the key, so a
+misspelt `-S train.optimizer.lr=...` can never leave the default silently in force.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class TrainConfigError(ValueError):
+    """A model or train configuration that cannot run; the message names the key."""
+
+
+class _Strict(BaseModel):
+    # strict: "3" is not an int and 1 is not a bool; an int is still accepted where a float is expected.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ModelConfig(_Strict):
+    """A decoder-only Llama-style transformer. The vocabulary comes from the tokenizer, not from here."""
+
+    name: str = "custom"
+    n_layers: int = Field(gt=0)
+    d_model: int = Field(gt=0)
+    n_heads: int = Field(gt=0)
+    n_kv_heads: int | None = Field(default=None, gt=0)  # grouped-query attention; None: n_heads (plain MHA)
+    ffn_dim: int | None = Field(default=None, gt=0)  # SwiGLU hidden size; None: ffn_multiplier x d_model
+    ffn_multiplier: float = Field(default=8 / 3, gt=0)  # Llama: 2/3 of 4d keeps the FLOPs of a 4d GELU MLP
+    ffn_multiple_of: int = Field(default=256, gt=0)  # hidden size rounded up to this (matmul-friendly)
+    qk_norm: bool = False  # RMSNorm on queries and keys per head (OLMo 2, Qwen 3): tames logit growth
+    tie_embeddings: bool = False
+    z_loss: float = Field(default=0.0, ge=0)  # weight of log(Z)^2 (PaLM: 1e-4); 0 disables it
+    rope_theta: float = Field(default=10000.0, gt=0)
+    norm_eps: float = Field(default=1e-5, gt=0)
+    init_std: float = Field(default=0.02, gt=0)
+    document_mask: bool = False  # positions and attention restart after every end-of-text token
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"head dimension d_model/n_heads = {self.d_model // self.n_heads} must be even (RoPE)")
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def hidden_dim(self) -> int:
+        if self.ffn_dim:
+            return self.ffn_dim
+        raw = int(self.ffn_multiplier * self.d_model)
+        return -(-raw // self.ffn_multiple_of) * self.ffn_multiple_of
+
+
+class OptimizerConfig(_Strict):
+    lr: float = Field(default=3.0e-4, gt=0)  # peak learning rate
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = Field(default=1.0e-8, gt=0)
+    weight_decay: float = Field(default=0.1, ge=0)  # on matrices only; norms and embeddings are not decayed
+    fused: bool | None = None  # None: fused AdamW on GPU, the for-each implementation on CPU
+
+
+class ScheduleConfig(_Strict):
+    """Warmup, then cosine to the floor over the run, or warmup-stable-decay (WSD).
+
+    WSD decays linearly to the floor over the plan's `decay_phase` (the anneal phase) when the run reaches
+    it, otherwise over the last `decay_fraction` of the steps.
+    """
+
+    kind: Literal["cosine", "wsd"] = "cosine"
+    warmup_steps: int = Field(default=100, ge=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)  # the floor, as a fraction of the peak
+    decay_phase: str | None = "anneal"
+    decay_fraction: float = Field(default=0.2, gt=0, le=1)
+
+
+class SpikeConfig(_Strict):
+    """Skip the update of a step whose loss or gradient norm leaves its running window by k std devs."""
+
+    enabled: bool = True
+    window: int = Field(default=50, gt=1)  # accepted steps the mean and std are taken over
+    min_history: int = Field(default=10, gt=1)  # no verdict before this many accepted steps
+    k_sigma: float = Field(default=6.0, gt=0)
+    max_consecutive: int = Field(default=20, gt=0)  # more skips in a row than this stop the run: diverged
+
+
+class CheckpointConfig(_Strict):
+    interval: int = Field(default=100, gt=0)  # steps between checkpoints (and always the last step)
+    keep: int = Field(default=2, gt=0)  # newest complete checkpoints kept
+
+
+class LoggingConfig(_Strict):
+    log_interval: int = Field(default=10, gt=0)  # steps between DVCLive records of the training metrics
+    eval_interval: int = Field(default=100, gt=0)  # steps between held-out evaluations (and the last step)
+    eval_sequences: int = Field(default=16, ge=0)  # held-out sequences per bucket (0: no held-out loss)
+    peak_flops: float | None = Field(default=None, gt=0)  # per device, for MFU; None: the table in metrics.py
+
+
+class ParallelConfig(_Strict):
+    """Mesh dp_replicate x dp_shard x tp. dp_shard -1: whatever the world size leaves after the others."""
+
+    dp_replicate: int = Field(default=1, gt=0)
+    dp_shard: int = -1
+    tp: int = Field(default=1, gt=0)
+    activation_checkpoint: Literal["none", "selective", "full"] = "none"
+    compile: bool = False  # torch.compile each block
+    param_dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on GPU, float32 on CPU
+    reduce_dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+class LaunchConfig(_Strict):
+    """How the stage launches the run with torchrun; train() itself takes whatever world it is started in."""
+
+    nnodes: int = Field(default=1, gt=0)
+    nproc_per_node: int = Field(default=1, gt=0)
+
+
+class TrainConfig(_Strict):
+    seq_len: int = Field(gt=0)
+    global_batch: int = Field(gt=0)  # sequences per optimizer step, over all data-parallel ranks
+    micro_batch: int | None = Field(default=None, gt=0)  # sequences per rank per forward; None: all at once
+    token_budget: int | None = Field(default=None, gt=0)  # None: tokens_per_param x parameters
+    tokens_per_param: float = Field(default=20.0, gt=0)
+    max_steps: int | None = Field(default=None, gt=0)  # cap below the budget's steps (smoke runs)
+    seed: int = 0  # model initialisation
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    clip_grad_norm: float = Field(default=1.0, gt=0)
+    optimizer: OptimizerConfig = OptimizerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    spike: SpikeConfig = SpikeConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+    parallel: ParallelConfig = ParallelConfig()
+    launch: LaunchConfig = LaunchConfig()
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
+
+
+class RunConfig(_Strict):
+    model: ModelConfig
+    train: TrainConfig
+
+    @model_validator(mode="after")
+    def _check(self) -> "RunConfig":
+        tp = self.train.parallel.tp
+        if tp > 1:
+            m = self.model
+            if m.n_heads % tp or m.kv_heads % tp:
+                raise ValueError(f"train.parallel.tp ({tp}) must divide model.n_heads ({m.n_heads}) "
+                                 f"and model.n_kv_heads ({m.kv_heads})")
+            if m.hidden_dim % tp:
+                raise ValueError(f"train.parallel.tp ({tp}) must divide the FFN size ({m.hidden_dim})")
+            if self.train.seq_len % tp:
+                # Sequence parallel splits the sequence over TP ranks; gloo crashes on uneven splits.
+                raise ValueError(f"train.parallel.tp ({tp}) must divide train.seq_len ({self.train.seq_len})")
+            if m.tie_embeddings:
+                raise ValueError("model.tie_embeddings is not supported with train.parallel.tp > 1 "
+                                 "(the embedding and the output layer are sharded on different dimensions)")
+        return self
+
+
+def _validate(cls, data: Mapping, section: str):
+    try:
+        return cls.model_validate(dict(data))
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
+            lines.append(f"{where}: {err['msg']}" + (f" (got {err['input']!r})" if err["type"] != "missing" else ""))
+        raise TrainConfigError("; ".join(lines)) from None
+
+
+def parse_model(model_cfg: Mapping) -> ModelConfig:
+    return _validate(ModelConfig, model_cfg, "model")
+
+
+def parse_train(train_cfg: Mapping) -> TrainConfig:
+    return _validate(TrainConfig, train_cfg, "train")
+
+
+def parse_run(run_cfg: Mapping) -> RunConfig:
+    """{"model": {...}, "train": {...}} -> RunConfig; errors name the key (model.n_heads, train.optimizer.lr)."""
+    if not isinstance(run_cfg, Mapping) or set(run_cfg) != {"model", "train"}:
+        got = sorted(run_cfg) if isinstance(run_cfg, Mapping) else type(run_cfg).__name__
+        raise TrainConfigError(f"a run configuration needs exactly the sections model and train, got {got}")
+    model, train = parse_model(run_cfg["model"]), parse_train(run_cfg["train"])
+    try:
+        return RunConfig(model=model, train=train)
+    except ValidationError as exc:
+        raise TrainConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+
+
+def model_size(model_cfg: Mapping | ModelConfig, vocab_size: int, seq_len: int | None = None) -> dict:
+    """Parameter counts and training FLOPs per token of the model tokenmill.train.model builds.
+
+    matmul_params: weights that multiply activations (attention and FFN projections, the output layer, which
+    is a matmul even when tied); embedding_params: the input embedding table (a lookup, no FLOPs).
+    flops_per_token = 6 x matmul_params + 12 x n_layers x d_model x seq_len, the attention scores and
+    weighted values (forward 2 x 2 x L x d x seq, backward twice that), counting the full seq x seq square;
+    flops_per_token_causal halves the attention term (only the lower triangle is needed).
+    seq_len defaults to 0 when not given (no attention term): callers that report FLOPs pass it.
+    """
+    m = model_cfg if isinstance(model_cfg, ModelConfig) else parse_model(model_cfg)
+    d, hd, L = m.d_model, m.head_dim, m.n_layers
+    attn = d * m.n_heads * hd + 2 * d * m.kv_heads * hd + m.n_heads * hd * d  # q, k, v, o
+    ffn = 3 * d * m.hidden_dim  # gate, up, down
+    norms = 2 * d + (2 * hd if m.qk_norm else 0)  # attention and FFN RMSNorm weights (+ q and k norms)
+    output = vocab_size * d
+    embedding = vocab_size * d
+    matmul = L * (attn + ffn) + output
+    params = L * (attn + ffn + norms) + d + embedding + (0 if m.tie_embeddings else output)
+    s = int(seq_len or 0)
+    attention_flops = 12 * L * d * s
+    return {
+        "params": params,
+        "matmul_params": matmul,
+        "embedding_params": embedding,
+        "non_embedding_params": params - embedding - (0 if m.tie_embeddings else output),
+        "flops_per_token": 6 * matmul + attention_flops,
+        "flops_per_token_causal": 6 * matmul + attention_flops // 2,
+        "seq_len": s,
+    }
