@@ -1,14 +1,19 @@
-"""DVC stage `filter`: licence gate, URL block-lists, language ID and Gopher / C4 / FineWeb heuristics."""
+"""DVC stage `filter`: licence gate, URL block-lists, language ID and Gopher / C4 / FineWeb heuristics.
+
+Usage (dvc.yaml): python stages/filter.py <input stage>
+"""
+
+import sys
 
 from tokenmill.docstage import run_document_stage
 from tokenmill.runtime import load_params
 
 
-def main() -> None:
-    p = load_params()
-    m = run_document_stage("filter", "ingest", "tokenmill.filters:FilterProcessor", p["filter"], p.get("execution"))
+def main(input_stage: str) -> None:
+    p = load_params("filter", "execution")
+    m = run_document_stage("filter", input_stage, "tokenmill.filters:FilterProcessor", p["filter"], p["execution"])
     print(f"filter: {m['counts']['in']} documents -> {m['counts']['out']} kept")
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:])

@@ -7,9 +7,9 @@ from tokenmill.runtime import load_params
 
 
 def main() -> int:
-    p = load_params()
+    p = load_params("sources", "ingest", "execution")
     try:
-        manifest = run_ingest(p["sources"], p["ingest"], p.get("execution"), out_dir="data/ingest")
+        manifest = run_ingest(p["sources"], p["ingest"], p["execution"], out_dir="data/ingest")
     except SourceError as exc:
         print(f"ingest: {exc}", file=sys.stderr)
         return 2

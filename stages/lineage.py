@@ -1,22 +1,28 @@
-"""DVC stage `lineage`: lineage/lineage.duckdb from every stage's records, decisions and manifests."""
+"""DVC stage `lineage`: lineage/lineage.duckdb from every stage's records, decisions and manifests.
+
+Usage (dvc.yaml): python stages/lineage.py <token stage> <plan stage>
+The document stages are those that led to the token stage's input, in the order their manifests link them.
+Exits non-zero when conservation fails: a pipeline that lost a document must not look finished.
+"""
 
 import sys
 
 from tokenmill.lineage import run_lineage
-from tokenmill.runtime import load_params
+from tokenmill.runtime import load_params, read_manifest
 
 
-def main() -> int:
-    p = load_params()
-    result = run_lineage(p["lineage"]["stages"], p["sources"], data_root="data", out_dir="lineage",
-                         ground_truth=p["lineage"].get("ground_truth"))
+def main(token_stage: str, plan_stage: str) -> int:
+    p = load_params("sources", "lineage")
+    last = read_manifest(f"data/{token_stage}")["input_stage"]
+    result = run_lineage(p["sources"], "data", "lineage", last, token_stage, plan_stage,
+                         ground_truth=p["lineage"]["ground_truth"])
     for problem in result["problems"]:
         print(f"lineage: {problem}", file=sys.stderr)
     for case in result["planted_wrong"]:
         print(f"lineage: planted case not handled as its ground truth says: {case}", file=sys.stderr)
     print(f"lineage: built lineage/lineage.duckdb; {len(result['problems'])} conservation problem(s)")
-    return 0
+    return 1 if result["problems"] else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(*sys.argv[1:]))

@@ -1,14 +1,19 @@
-"""DVC stage `pii`: redact e-mails, phones, IPs, Luhn-valid cards, checksum-valid IBANs and SSNs."""
+"""DVC stage `pii`: redact e-mails, phones, IPs, Luhn-valid cards, checksum-valid IBANs and SSNs.
+
+Usage (dvc.yaml): python stages/pii.py <input stage>
+"""
+
+import sys
 
 from tokenmill.docstage import run_document_stage
 from tokenmill.runtime import load_params
 
 
-def main() -> None:
-    p = load_params()
-    m = run_document_stage("pii", "filter", "tokenmill.pii:PIIProcessor", p["pii"], p.get("execution"))
+def main(input_stage: str) -> None:
+    p = load_params("pii", "execution")
+    m = run_document_stage("pii", input_stage, "tokenmill.pii:PIIProcessor", p["pii"], p["execution"])
     print(f"pii: {m['counts']['in']} documents, {m['counts']['by_action'].get('modify', 0)} redacted")
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:])

@@ -5,7 +5,7 @@ from tokenmill.sample import build_sample
 
 
 def main() -> None:
-    p = load_params()["sample"]
+    p = load_params("sample")["sample"]
     with StageRun("sample", "data/sample", p) as run:
         # With real sources configured the stage has nothing to do: an empty corpus and a manifest.
         if p["enabled"]:

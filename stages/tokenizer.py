@@ -1,18 +1,23 @@
-"""DVC stage `tokenizer`: SentencePiece (lossless settings) + its exact Hugging Face tokenizer.json twin."""
+"""DVC stage `tokenizer`: SentencePiece (lossless settings) + its exact Hugging Face tokenizer.json twin.
 
-from tokenmill.mixture import document_bucket_weights
+Usage (dvc.yaml): python stages/tokenizer.py <documents stage>
+
+The training sample is drawn with the tokenizer's own bucket weights (`tokenizer.sample_weights`), not the
+mixture's: one vocabulary serves every mixture experiment, so mixtures are compared on the same tokens.
+"""
+
+import sys
+
 from tokenmill.runtime import load_params
 from tokenmill.tokenizer import run_tokenizer
 
 
-def main() -> None:
-    p = load_params()
-    # The training sample follows the mixture (its first phase), so every bucket the model trains on is
-    # represented in the vocabulary in proportion to how much of it training will see.
-    weights = document_bucket_weights(p["mixture"]["phases"][0]["weights"])
-    m = run_tokenizer(p["tokenizer"], weights, data_root="data", input_stage="decontaminate")
-    print(f"tokenizer: seconds per step {m['tokenizer']['seconds']}")
+def main(input_stage: str) -> None:
+    p = dict(load_params("tokenizer")["tokenizer"])
+    weights = p.pop("sample_weights")
+    m = run_tokenizer(p, weights, data_root="data", input_stage=input_stage)
+    print(f"tokenizer: {m['vocab_size']}-token vocabulary")
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:])

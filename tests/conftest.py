@@ -84,6 +84,10 @@ def _rows(out_dir: Path, table: str) -> list[dict]:
 def load_output(out_dir: Path) -> IngestOutput:
     out_dir = Path(out_dir)
     manifest = json.loads((out_dir / "manifest.json").read_text())
+    # The run record (run id, params, inputs, timings) lives outside the output, in runs/ of the workdir.
+    record = out_dir.parent / "runs" / f"{manifest['stage']}.json"
+    if record.exists():
+        manifest = {**manifest, **json.loads(record.read_text())}
     return IngestOutput(out_dir, manifest, *(_rows(out_dir, t) for t in TABLES))
 
 

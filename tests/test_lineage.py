@@ -27,7 +27,7 @@ def built(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)  # stages write metrics/ relative to the working directory
         run_ingest(SOURCES, {}, {"backend": "local", "workers": 1}, out_dir=root / "data" / "ingest")
-        result = lineage.run_lineage(["ingest"], SOURCES, data_root=root / "data", out_dir=root / "lineage")
+        result = lineage.run_lineage(SOURCES, data_root=root / "data", out_dir=root / "lineage", last_stage="ingest")
     return root, result
 
 
@@ -36,7 +36,7 @@ def test_tables_and_fates(built):
     assert result["problems"] == []
     con = lineage.connect(root / "lineage" / lineage.DB_NAME)
     tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
-    assert {"documents", "decisions", "stage_runs", "sources", "records", "read_errors", "source_files"} <= tables
+    assert {"documents", "decisions", "stages", "sources", "records", "read_errors", "source_files"} <= tables
     # resiliparse_warcfile: 1 warcinfo + 17 request + 16 response + 16 metadata; clipped: 1 response; dolma: 10
     assert con.execute("SELECT count(*) FROM documents").fetchone()[0] == 50 + 1 + 10
     fates = dict(con.execute("SELECT drop_reason, count(*) FROM documents WHERE fate = 'dropped' GROUP BY 1").fetchall())
@@ -89,7 +89,7 @@ def test_verify_names_a_document_that_went_missing(built, tmp_path, capsys, monk
     table = pq.read_table(shard)
     victim = table.column("doc_id")[0].as_py()
     pq.write_table(table.slice(1), shard)
-    result = lineage.run_lineage(["ingest"], SOURCES, data_root=data, out_dir=tmp_path / "lineage")
+    result = lineage.run_lineage(SOURCES, data_root=data, out_dir=tmp_path / "lineage", last_stage="ingest")
     assert any(victim in p and "went missing" in p for p in result["problems"])
     db = str(tmp_path / "lineage" / lineage.DB_NAME)
     assert cli.main(["audit", "--db", db, "verify"]) == 1

@@ -21,10 +21,10 @@ def _index(seed: int = 0) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-PHASES = parse_phases([
-    {"name": "bulk", "fraction": 0.8, "weights": {"web/high": 0.3, "web/low": 0.3, "code": 0.3, "reference": 0.1}},
-    {"name": "anneal", "fraction": 0.2, "weights": {"web/high": 0.5, "reference": 0.5}},
-])
+PHASES = parse_phases({
+    "bulk": {"fraction": 0.8, "weights": {"web/high": 0.3, "web/low": 0.3, "code": 0.3, "reference": 0.1}},
+    "anneal": {"fraction": 0.2, "weights": {"web/high": 0.5, "reference": 0.5}},
+})
 BUDGET = 2_000_000
 
 
@@ -72,7 +72,7 @@ def test_held_out_documents_are_never_planned():
     # Held-out membership is per document: it does not change when other documents are added or removed.
     smaller = _index().filter(pc.invert(pc.starts_with(_index()["doc_id"], "code-")))
     held_small = set(_plan(index=smaller, heldout_fraction=0.05, phases=parse_phases(
-        [{"name": "bulk", "fraction": 1.0, "weights": {"web/high": 1}}]))["heldout"]["doc_id"].to_pylist())
+        {"bulk": {"fraction": 1.0, "weights": {"web/high": 1}}}))["heldout"]["doc_id"].to_pylist())
     assert held_small == {d for d in held if not d.startswith("code-")}
 
 
@@ -98,9 +98,11 @@ def test_stream_offsets_are_contiguous():
 
 def test_unknown_bucket_and_bad_phases():
     with pytest.raises(MixtureError, match="bucket 'books', which has no documents"):
-        _plan(phases=parse_phases([{"name": "p", "fraction": 1.0, "weights": {"books": 1.0}}]))
+        _plan(phases=parse_phases({"p": {"fraction": 1.0, "weights": {"books": 1.0}}}))
     with pytest.raises(MixtureError, match="must sum to 1"):
-        parse_phases([{"name": "p", "fraction": 0.5, "weights": {"code": 1}}])
+        parse_phases({"p": {"fraction": 0.5, "weights": {"code": 1}}})
+    with pytest.raises(MixtureError, match="exactly the keys fraction and weights"):
+        parse_phases({"p": {"fraction": 1.0, "weight": {"code": 1}}})
 
 
 def test_document_bucket_weights_fold_tiers():

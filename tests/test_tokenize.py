@@ -57,7 +57,8 @@ def tokenized(tmp_path_factory):
     os.chdir(root)
     try:
         manifest = run_tokenize({"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}}, {"backend": "local", "workers": 2},
-                                data_root=data)
+                                data_root=data, input_stage="decontaminate", tokenizer_stage="tokenizer",
+                                scores_stage="quality")
     finally:
         os.chdir(cwd)
     return data, docs, manifest
@@ -95,7 +96,7 @@ def test_rerun_is_byte_identical(tokenized, tmp_path, monkeypatch):
         shutil.copytree(data / part, copy / part)
     monkeypatch.chdir(tmp_path)
     run_tokenize({"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}}, {"backend": "local", "workers": 1},
-                 data_root=copy)
+                 data_root=copy, input_stage="decontaminate", tokenizer_stage="tokenizer", scores_stage="quality")
     a = sorted(p.relative_to(data / "tokenize") for p in (data / "tokenize").rglob("*") if p.is_file())
     b = sorted(p.relative_to(copy / "tokenize") for p in (copy / "tokenize").rglob("*") if p.is_file())
     assert a == b

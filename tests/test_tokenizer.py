@@ -338,7 +338,7 @@ def test_stage_on_document_shards(tmp_path, monkeypatch, corpus):
     rows = [{**dict.fromkeys(schema.DOCUMENT.names), "doc_id": f"{b}-{i}", "bucket": b, "text": t}
             for b in ("english", "code") for i, t in enumerate(corpus[b][:6])]
     schema.write_parquet(rows, schema.DOCUMENT, tmp_path / "data" / "decontaminate" / "documents" / "part-0.parquet")
-    manifest = run_tokenizer({"vocab_size": 1500, "sample_bytes": 300_000}, {"english": 1, "code": 1}, "data")
+    manifest = run_tokenizer({"vocab_size": 1500, "sample_bytes": 300_000}, {"english": 1, "code": 1}, "data", "decontaminate")
     out = tmp_path / "data" / "tokenizer"
     assert manifest["stage"] == "tokenizer" and (out / "hf" / "tokenizer.json").is_file()
     audit = json.loads((out / "audit.json").read_text())

@@ -77,13 +77,16 @@ def audit_doc(con, key: str) -> int:
 
 
 def audit_stage(con, stage: str) -> int:
-    run = con.execute("SELECT run_id, documents_in, documents_out, seconds FROM stage_runs WHERE stage = ?",
-                      [stage]).fetchone()
-    if run is None:
-        known = [r[0] for r in con.execute("SELECT stage FROM stage_runs ORDER BY stage_order").fetchall()]
+    counts = con.execute("SELECT documents_in, documents_out FROM stages WHERE stage = ?", [stage]).fetchone()
+    if counts is None:
+        known = [r[0] for r in con.execute("SELECT stage FROM stages ORDER BY stage_order NULLS LAST").fetchall()]
         print(f"no stage {stage!r} in the lineage (stages: {', '.join(known)})", file=sys.stderr)
         return 1
-    print(f"stage {stage}: run {run[0]}, {run[1]} documents in, {run[2]} out, {run[3]:.1f} s\n")
+    tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
+    run = con.execute("SELECT run_id, seconds FROM stage_runs WHERE stage = ?", [stage]).fetchone() \
+        if "stage_runs" in tables else None
+    how = f"run {run[0]}, {run[1]:.1f} s" if run else "no run record here"
+    print(f"stage {stage}: {counts[0]} documents in, {counts[1]} out ({how})\n")
     rows = con.execute("""SELECT action, reason, count(*) AS documents FROM decisions WHERE stage = ?
                           GROUP BY action, reason ORDER BY action, documents DESC, reason""", [stage]).fetchall()
     print(_table(rows, ["action", "reason", "documents"]))
@@ -92,7 +95,7 @@ def audit_stage(con, stage: str) -> int:
 
 def audit_verify(con) -> int:
     problems = lineage.verify(con)
-    stages = [r[0] for r in con.execute("SELECT stage FROM stage_runs ORDER BY stage_order NULLS LAST").fetchall()]
+    stages = [r[0] for r in con.execute("SELECT stage FROM stages ORDER BY stage_order NULLS LAST").fetchall()]
     if problems:
         for p in problems:
             print(p)

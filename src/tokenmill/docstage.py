@@ -74,6 +74,7 @@ def map_document_shards(run: StageRun, input_stage: str, processor: str, params:
                         execution_cfg: Mapping | None, data_root: str | Path = "data") -> None:
     """Apply `processor` to every document shard of `input_stage`, writing into `run`'s output."""
     data_root = Path(data_root)
+    importlib.import_module(processor.split(":")[0])  # here too, so the run record's code covers it
     shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
     run.input_hashes[input_stage] = input_id(data_root / input_stage)
     tasks = [ShardTask(run.stage, processor, dict(params), str(p), str(run.tmp)) for p in shards]

@@ -23,12 +23,38 @@ from typing import Any, Mapping
 import yaml
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-KEY_LIBRARIES = ("tokenmill", "pyarrow", "duckdb", "warcio", "resiliparse", "trafilatura", "dvc", "torch")
+# Every stage writes Parquet through pyarrow; each stage names the other libraries that shape its output.
+BASE_LIBRARIES = ("pyarrow",)
 
 
-def load_params(path: str | Path = "params.yaml") -> dict:
+def load_params(*keys: str, path: str | Path = "params.yaml") -> dict:
+    """The parameters a stage declared, and only those: `load_params("mixture", "train.seq_len")`.
+
+    Keys are dotted paths, as in dvc.yaml's `params`; the result keeps the nesting
+    ({"mixture": {...}, "train": {"seq_len": 256}}). A stage cannot read a key it did not ask for, and the
+    dependency test checks that what it asks for is exactly its dvc.yaml `params` (plus `execution`, which
+    never changes an output). With no keys, everything (tests and tools).
+    """
     with open(path) as f:
-        return yaml.safe_load(f) or {}
+        everything = yaml.safe_load(f) or {}
+    if not keys:
+        return everything
+    from tokenmill import trace
+
+    out: dict = {}
+    for key in keys:
+        node, parts = everything, key.split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(node, Mapping) or part not in node:
+                raise KeyError(f"{path} has no parameter {'.'.join(parts[:i + 1])!r} (asked for {key!r}); "
+                               f"recompose it from conf/ with `make params`")
+            node = node[part]
+        target = out
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = copy.deepcopy(node)
+        trace.param(key)
+    return out
 
 
 def merge_params(stage: str, defaults: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict:
@@ -75,38 +101,69 @@ def read_manifest(stage_dir: str | Path) -> dict:
 
 
 def input_id(stage_dir: str | Path) -> str:
-    """How a stage names an input directory: the run id of the stage that wrote it, if one did.
+    """How a stage names an input directory: the content digest its producer recorded, if one did.
 
-    The run id already hashes the producer's parameters, inputs and code, and outputs are a deterministic
-    function of those (contract 6), so it identifies the content without reading it all again. Directories
-    made by hand or imported have no manifest and are named by their content hash.
+    A stage computes the digest of what it wrote once, when it finishes (contract 5), so consumers do not
+    read every upstream shard again. Identical content gives the identical id whatever run produced it, so
+    a forced rerun of an upstream stage changes nothing below it. Directories made by hand or imported have
+    no manifest and are hashed here.
     """
-    if (Path(stage_dir) / "manifest.json").exists():
-        return "run:" + read_manifest(stage_dir)["run_id"]
+    path = Path(stage_dir) / "manifest.json"
+    if path.exists() and "digest" in (m := read_manifest(stage_dir)):
+        return "sha1:" + m["digest"]
     return "sha1:" + tree_digest(stage_dir)
 
 
-def code_version() -> str:
-    """Hash of tokenmill's own source: a code change yields a new run id even without a git commit."""
+def stage_chain(data_root: str | Path, last: str) -> list[str]:
+    """The document stages that led to `last`, oldest first, from the manifests' input_stage links.
+
+    dvc.yaml states the pipeline order once (each stage script is given its input stage in its `cmd`); every
+    consumer that needs the order (lineage, audit) follows these links instead of keeping its own list.
+    """
+    chain = [last]
+    while (up := read_manifest(Path(data_root) / chain[-1]).get("input_stage")) is not None:
+        if up in chain:
+            raise ValueError(f"stage input links form a cycle: {' <- '.join(chain + [up])}")
+        chain.append(up)
+    return chain[::-1]
+
+
+def code_files() -> list[Path]:
+    """The stage's own code: the script being run and every tokenmill module it has imported.
+
+    Worker processes import processors by name; stages import those modules in the parent too, so this list
+    covers them. A docstring edit elsewhere in the package does not change this stage's run id.
+    """
+    files = {Path(m.__file__).resolve() for name, m in list(sys.modules.items())
+             if (name == "tokenmill" or name.startswith("tokenmill.")) and getattr(m, "__file__", None)}
+    main = sys.modules.get("__main__")
+    if main is not None and getattr(main, "__file__", None) and Path(main.__file__).suffix == ".py":
+        files.add(Path(main.__file__).resolve())
+    return sorted(files)
+
+
+def code_version(files: list[Path] | None = None) -> str:
     h = hashlib.sha1()
-    for p in sorted(PACKAGE_DIR.rglob("*.py")):
-        h.update(f"{p.relative_to(PACKAGE_DIR)}\x00".encode() + p.read_bytes())
+    for p in files if files is not None else code_files():
+        name = p.relative_to(PACKAGE_DIR) if p.is_relative_to(PACKAGE_DIR) else Path(p.name)
+        h.update(f"{name}\x00".encode() + p.read_bytes())
     return h.hexdigest()[:16]
 
 
-def library_versions() -> dict[str, str]:
+def library_versions(names: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for name in KEY_LIBRARIES:
+    for name in (*BASE_LIBRARIES, *names):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
-    return out
+    return dict(sorted(out.items()))
 
 
-def run_id(params: Mapping[str, Any], input_hashes: Mapping[str, str], code: str) -> str:
-    blob = json.dumps({"params": params, "inputs": dict(sorted(input_hashes.items())), "code": code},
-                      sort_keys=True, default=str)
+def run_id(params: Mapping[str, Any], input_hashes: Mapping[str, str], code: str,
+           versions: Mapping[str, str] | None = None) -> str:
+    blob = json.dumps({"params": params, "inputs": dict(sorted(input_hashes.items())), "code": code,
+                       "versions": dict(versions or {})}, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
@@ -118,25 +175,80 @@ def write_json(path: str | Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_plot_rows(path: str | Path, rows: list[dict]) -> None:
+    """A DVC plot file: a JSON list of flat rows (dvc.yaml `plots` names the x and y columns)."""
+    write_json(path, rows)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(path: Path) -> list[Path]:
+    """Delete leftovers of killed runs beside `path`: .<name>.tmp-<pid> / .<name>.old-<pid> of dead pids."""
+    removed = []
+    for p in path.parent.glob(f".{path.name}.*-*"):
+        kind, _, pid = p.name[len(path.name) + 2:].partition("-")
+        if kind in ("tmp", "old") and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+def _split_timing(obj: Any, timing: dict, path: str = "") -> Any:
+    """Move every `seconds`/`*_seconds` entry out of a manifest field: timings are not content."""
+    if not isinstance(obj, dict):
+        return obj
+    out = {}
+    for k, v in obj.items():
+        if k == "seconds" or str(k).endswith("_seconds"):
+            timing[f"{path}{k}"] = v
+        else:
+            out[k] = _split_timing(v, timing, f"{path}{k}.")
+    return out
+
+
 class StageRun:
-    """Context for one stage execution: a temporary output dir, counters, and the manifest."""
+    """Context for one stage execution: a temporary output dir, counters, the manifest and the run record.
+
+    Two records come out of a run (contract 5):
+    - `<out>/manifest.json`, inside the DVC output: only content — stage, input stage, counts, a digest of
+      the files beside it and what consumers read (vocab_size, cut-offs, ...). Identical data gives an
+      identical manifest, so `dvc repro -f` of a stage that reproduces its output leaves every hash as it was
+      and DVC skips everything below it.
+    - `runs/<stage>.json`, outside every DVC output: the run id (parameters, inputs' digests, the stage's own
+      code, the versions of the libraries that shape its output), seconds, argv and host. The audit
+      connection shows these as the `stage_runs` table.
+    """
 
     def __init__(self, stage: str, out_dir: str | Path, params: Mapping[str, Any],
-                 input_stage: str | None = None, metrics_dir: str | Path = "metrics"):
+                 input_stage: str | None = None, metrics_dir: str | Path = "metrics",
+                 runs_dir: str | Path = "runs", libraries: tuple[str, ...] | list[str] = ()):
         self.stage = stage
         self.out_dir = Path(out_dir)
         self.params = dict(params)
         self.input_stage = input_stage  # whose kept documents are this stage's input (for audit verify)
         self.metrics_dir = Path(metrics_dir)
+        self.runs_dir = Path(runs_dir)
+        self.libraries = tuple(libraries)  # beyond pyarrow, which writes every stage's Parquet
         self.tmp = self.out_dir.with_name(f".{self.out_dir.name}.tmp-{os.getpid()}")
         self.input_hashes: dict[str, str] = {}
         self.counts_in = 0
         self.reasons: Counter[tuple[str, str]] = Counter()  # (action, reason) -> documents
-        self.extra: dict[str, Any] = {}  # more manifest fields
+        self.extra: dict[str, Any] = {}  # more manifest fields: deterministic content only
+        self.timing: dict[str, Any] = {}  # more run-record fields: seconds, throughput
         self.metrics: dict[str, Any] = {}  # more deterministic metrics beside the document counts
 
     def __enter__(self) -> "StageRun":
         self.started = time.perf_counter()
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(self.out_dir)  # a killed earlier run's temporary and half-swapped directories
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir(parents=True)
         return self
@@ -152,9 +264,6 @@ class StageRun:
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
-        seconds = round(time.perf_counter() - self.started, 3)
-        code = code_version()
-        rid = run_id(self.params, self.input_hashes, code)
         by_action = Counter()
         for (action, _), n in self.reasons.items():
             by_action[action] += n
@@ -164,19 +273,11 @@ class StageRun:
             "by_action": dict(sorted(by_action.items())),
             "by_reason": {f"{a}:{r}": n for (a, r), n in sorted(self.reasons.items())},
         }
-        manifest = {
-            "stage": self.stage,
-            "run_id": rid,
-            "input_stage": self.input_stage,
-            "params": self.params,
-            "inputs": dict(sorted(self.input_hashes.items())),
-            "code_version": code,
-            "counts": counts,
-            "seconds": seconds,
-            "versions": library_versions(),
-            "argv": sys.argv,
-            **self.extra,
-        }
+        timing = dict(self.timing)
+        extra = _split_timing(self.extra, timing)
+        digest = tree_digest(self.tmp)
+        manifest = {"stage": self.stage, "input_stage": self.input_stage, "counts": counts, "digest": digest,
+                    **extra}
         write_json(self.tmp / "manifest.json", manifest)
         # Swap into place: the old output disappears only once the new one is complete.
         old = self.out_dir.with_name(f".{self.out_dir.name}.old-{os.getpid()}")
@@ -184,8 +285,31 @@ class StageRun:
             os.replace(self.out_dir, old)
         os.replace(self.tmp, self.out_dir)
         shutil.rmtree(old, ignore_errors=True)
+
+        files = code_files()
+        versions = library_versions(self.libraries)
+        code = code_version(files)
+        record = {
+            "stage": self.stage,
+            "run_id": run_id(self.params, self.input_hashes, code, versions),
+            "input_stage": self.input_stage,
+            "params": self.params,
+            "inputs": dict(sorted(self.input_hashes.items())),
+            "code_version": code,
+            "code_files": [str(p.relative_to(PACKAGE_DIR.parent)) if p.is_relative_to(PACKAGE_DIR.parent)
+                           else p.name for p in files],
+            "versions": versions,
+            "digest": digest,
+            "counts": counts,
+            "seconds": round(time.perf_counter() - self.started, 3),
+            "timing": timing,
+            "argv": sys.argv,
+            "host": platform.node(),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        write_json(self.runs_dir / f"{self.stage}.json", record)
         # Metrics hold only deterministic numbers so `dvc metrics diff` compares like with like.
         documents = {"documents": counts} if self.reasons else {}  # only stages that decide per document
         write_json(self.metrics_dir / f"{self.stage}.json", {**documents, **self.metrics})
-        self.manifest = manifest
+        self.manifest = {**manifest, **record}
         return False

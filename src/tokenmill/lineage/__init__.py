@@ -10,20 +10,21 @@ import json
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 
 from tokenmill.lineage.planted import build_planted
-from tokenmill.runtime import StageRun, read_manifest
+from tokenmill.runtime import StageRun, input_id, read_manifest, stage_chain, write_plot_rows
 
 DB_NAME = "lineage.duckdb"
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
 STAGE_TABLES = {"decontaminate": ["contamination"]}
-# Tables of the stages after curation, loaded when the stage has run: name -> Parquet glob under data/.
-TOKEN_TABLES = {
-    "token_index": "tokenize/index/*.parquet",  # doc_id, source, bucket, shard, offset, length
-    "plan": "mixture/plan.parquet",  # the training stream, document by document
-    "plan_documents": "mixture/documents.parquet",  # per document: held out?, planned repeats, phases
-    "plan_buckets": "mixture/buckets.parquet",  # per bucket and phase: available vs planned tokens, epochs
-    "heldout": "mixture/heldout.parquet",  # documents reserved for evaluation
+# Tables of the token stage and the plan stage: name -> Parquet glob under that stage's output.
+TOKEN_TABLES = {"token_index": "index/*.parquet"}  # doc_id, source, bucket, shard, offset, length
+PLAN_TABLES = {
+    "plan": "plan.parquet",  # the training stream, document by document
+    "plan_documents": "documents.parquet",  # per document: held out?, planned repeats, phases
+    "plan_buckets": "buckets.parquet",  # per bucket and phase: available vs planned tokens, epochs
+    "heldout": "heldout.parquet",  # documents reserved for evaluation
 }
 
 
@@ -31,55 +32,71 @@ def _glob(data_root: Path, stage: str, table: str) -> str:
     return str(data_root / stage / table / "*.parquet")
 
 
-def _manifest(data_root: Path, stage: str) -> dict:
-    return read_manifest(data_root / stage)
+def text_bytes(documents: Path) -> int:
+    """UTF-8 bytes of the text column, from Parquet metadata alone (no data is read).
+
+    Uncompressed column size less the 4-byte length prefix of each value: exact for plain-encoded text,
+    close when pages are dictionary-encoded. Good enough for the funnel's token estimate.
+    """
+    total = 0
+    for path in sorted(documents.glob("*.parquet")):
+        meta = pq.ParquetFile(path).metadata
+        col = meta.schema.to_arrow_schema().get_field_index("text")
+        for i in range(meta.num_row_groups):
+            rg = meta.row_group(i)
+            total += rg.column(col).total_uncompressed_size - 4 * rg.num_rows
+    return max(total, 0)
 
 
-def _insert_run(con: duckdb.DuckDBPyConnection, order: int | None, m: dict) -> None:
+def _insert_stage(con: duckdb.DuckDBPyConnection, order: int | None, m: dict) -> None:
     documents = order is not None  # only document stages have counts in and out
-    con.execute("INSERT INTO stage_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                [order, m["stage"], m["run_id"], m.get("input_stage"), m["code_version"], m["seconds"],
-                 m["counts"]["in"] if documents else None, m["counts"]["out"] if documents else None,
-                 json.dumps(m["counts"]), json.dumps(m["params"]), json.dumps(m["inputs"]), json.dumps(m["versions"])])
+    info = {k: v for k, v in m.items() if k not in ("stage", "input_stage", "counts")}
+    con.execute("INSERT INTO stages VALUES (?,?,?,?,?,?,?)",
+                [order, m["stage"], m.get("input_stage"), m["counts"]["in"] if documents else None,
+                 m["counts"]["out"] if documents else None, json.dumps(m["counts"]), json.dumps(info)])
 
 
-def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, sources_cfg: dict) -> None:
-    """Create the lineage tables in `con`. `stages` is the pipeline order, ingest first."""
+def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, sources_cfg: dict,
+          token_stage: str | None = None, plan_stage: str | None = None) -> None:
+    """Create the lineage tables in `con`. `stages` is the document stages in pipeline order, ingest first."""
     if not stages or stages[0] != "ingest":
-        raise ValueError(f"lineage.stages must start with 'ingest', got {stages}")
-    manifests = [_manifest(data_root, s) for s in stages]
+        raise ValueError(f"the document stages must start with 'ingest', got {stages}")
+    manifests = [read_manifest(data_root / s) for s in stages]
 
-    con.execute("""CREATE TABLE stage_runs (stage_order INTEGER, stage VARCHAR, run_id VARCHAR,
-        input_stage VARCHAR, code_version VARCHAR, seconds DOUBLE, documents_in BIGINT, documents_out BIGINT,
-        counts JSON, params JSON, inputs JSON, versions JSON)""")
+    # Only content: the manifests inside the stages' outputs. Run ids, timings and versions are in the
+    # run records (runs/), which the audit connection shows as `stage_runs`.
+    con.execute("""CREATE TABLE stages (stage_order INTEGER, stage VARCHAR, input_stage VARCHAR,
+        documents_in BIGINT, documents_out BIGINT, counts JSON, manifest JSON)""")
     for order, m in enumerate(manifests):
-        _insert_run(con, order, m)
+        _insert_stage(con, order, m)
 
     con.execute(f"CREATE TABLE records AS SELECT * FROM read_parquet('{_glob(data_root, 'ingest', 'records')}') ORDER BY source, file, doc_id")
     con.execute(f"CREATE TABLE read_errors AS SELECT * FROM read_parquet('{_glob(data_root, 'ingest', 'read_errors')}') ORDER BY source, file, \"offset\"")
 
     con.execute("CREATE TABLE decisions (stage_order INTEGER, doc_id VARCHAR, stage VARCHAR, action VARCHAR, "
                 "reason VARCHAR, scores MAP(VARCHAR, DOUBLE), details JSON)")
-    con.execute("CREATE TABLE stage_outputs (stage_order INTEGER, stage VARCHAR, doc_id VARCHAR, text_chars BIGINT)")
+    con.execute("CREATE TABLE stage_outputs (stage_order INTEGER, stage VARCHAR, doc_id VARCHAR)")
     for order, stage in enumerate(stages):
         con.execute(f"INSERT INTO decisions SELECT {order}, doc_id, stage, action, reason, scores, details "
                     f"FROM read_parquet('{_glob(data_root, stage, 'decisions')}')")
-        con.execute(f"INSERT INTO stage_outputs SELECT {order}, '{stage}', doc_id, length(text) "
+        # doc_id only: Parquet is columnar, so no stage's text is read here.
+        con.execute(f"INSERT INTO stage_outputs SELECT {order}, '{stage}', doc_id "
                     f"FROM read_parquet('{_glob(data_root, stage, 'documents')}')")
 
     for stage in stages:
         for table in STAGE_TABLES.get(stage, []):
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{_glob(data_root, stage, table)}')")
 
-    for table, pattern in TOKEN_TABLES.items():
-        if list(data_root.glob(pattern)):
-            con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{data_root / pattern}')")
-    for stage in ("tokenize", "mixture"):
-        if (data_root / stage / "manifest.json").exists():
-            _insert_run(con, None, read_manifest(data_root / stage))  # no stage_order: not a document stage
+    for stage, tables in ((token_stage, TOKEN_TABLES), (plan_stage, PLAN_TABLES)):
+        if stage is None:
+            continue
+        for table, pattern in tables.items():
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{data_root / stage / pattern}')")
+        _insert_stage(con, None, read_manifest(data_root / stage))  # no stage_order: not a document stage
 
     # The fate of every record: dropped where a stage dropped it, otherwise kept by the last stage.
-    con.execute("""CREATE TABLE documents AS
+    last = data_root / stages[-1] / "documents" / "*.parquet"
+    con.execute(f"""CREATE TABLE documents AS
         SELECT r.doc_id, r.source, r.bucket, r.url, r.record_type, r.record_id, r.crawl_date, r.content_type,
                r.file, r.locator, r.payload_bytes,
                CASE WHEN d.doc_id IS NULL THEN 'kept' ELSE 'dropped' END AS fate,
@@ -88,8 +105,7 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
                o.text_chars AS final_text_chars
         FROM records r
         LEFT JOIN (SELECT doc_id, stage, reason FROM decisions WHERE action = 'drop') d USING (doc_id)
-        LEFT JOIN (SELECT doc_id, text_chars FROM stage_outputs
-                   WHERE stage_order = (SELECT max(stage_order) FROM stage_outputs)) o USING (doc_id)
+        LEFT JOIN (SELECT doc_id, length(text) AS text_chars FROM read_parquet('{last}')) o USING (doc_id)
         ORDER BY r.source, r.file, r.doc_id""")
 
     con.execute("""CREATE TABLE sources (source VARCHAR, format VARCHAR, bucket VARCHAR, licence VARCHAR,
@@ -102,12 +118,33 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
             (SELECT count(*) FROM read_errors WHERE source = ?)""",
                     [name, cfg.get("format"), cfg.get("bucket"), cfg.get("licence"), cfg.get("snapshot"),
                      json.dumps(cfg.get("paths")), name, name, name, name])
-    con.execute("""CREATE TABLE source_files AS
-        SELECT split_part(key, ':', 1) AS source, substr(key, length(split_part(key, ':', 1)) + 2) AS file,
-               value AS sha1
-        FROM (SELECT unnest(map_keys(m)) AS key, unnest(map_values(m)) AS value
-              FROM (SELECT CAST(inputs AS MAP(VARCHAR, VARCHAR)) AS m FROM stage_runs WHERE stage = 'ingest'))
-        ORDER BY source, file""")
+    files = manifests[0].get("source_files") or {}
+    con.execute("CREATE TABLE source_files (source VARCHAR, file VARCHAR, sha1 VARCHAR)")
+    for key, sha1 in sorted(files.items()):
+        source, _, file = key.partition(":")
+        con.execute("INSERT INTO source_files VALUES (?, ?, ?)", [source, file, sha1])
+
+
+def funnel(con: duckdb.DuckDBPyConnection, data_root: Path, stages: list[str]) -> tuple[list[dict], dict]:
+    """Documents per stage, action and reason (the funnel plot), and documents and estimated tokens kept
+    after each stage (top-level metrics). Curation stages are not tokenized: their tokens are their text
+    bytes times the tokens per byte measured where the documents were tokenized."""
+    rows = [{"label": f"{o:02d} {s} {a}: {r}", "stage": s, "action": a, "reason": r, "documents": n}
+            for o, s, a, r, n in con.execute(
+        "SELECT stage_order, stage, action, reason, count(*) FROM decisions GROUP BY ALL ORDER BY 1, 3, 4").fetchall()]
+    kept = dict(con.execute("SELECT stage, documents_out FROM stages WHERE stage_order IS NOT NULL").fetchall())
+    tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    summary = {"kept_documents": {s: kept[s] for s in stages}}
+    if "token_index" in tables:
+        tokens = int(con.execute("SELECT coalesce(sum(length + 1), 0) FROM token_index").fetchone()[0])
+        per_byte = tokens / max(1, text_bytes(data_root / stages[-1] / "documents"))
+        summary["kept_tokens_estimated"] = {s: round(text_bytes(data_root / s / "documents") * per_byte)
+                                            for s in stages}
+        summary["tokenized_tokens"] = tokens
+    if "contamination" in tables:
+        summary["contaminated_documents"] = int(con.execute(
+            "SELECT count(DISTINCT doc_id) FROM contamination WHERE contaminated").fetchone()[0])
+    return rows, summary
 
 
 def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
@@ -116,7 +153,7 @@ def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
     Returns human-readable violations naming the offending doc_ids; empty when everything balances.
     """
     problems: list[str] = []
-    runs = con.execute("SELECT stage_order, stage, input_stage, documents_in FROM stage_runs "
+    runs = con.execute("SELECT stage_order, stage, input_stage, documents_in FROM stages "
                        "WHERE stage_order IS NOT NULL ORDER BY stage_order").fetchall()
     for order, stage, input_stage, documents_in in runs:
         if order == 0:
@@ -168,27 +205,40 @@ def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
     return problems
 
 
-def run_lineage(stages: list[str], sources_cfg: dict, data_root: str | Path = "data",
-                out_dir: str | Path = "lineage", ground_truth: str | Path | None = None) -> dict:
-    """Build the database; with the embedded corpus's ground truth, also score its planted cases."""
+def run_lineage(sources_cfg: dict, data_root: str | Path, out_dir: str | Path, last_stage: str,
+                token_stage: str | None = None, plan_stage: str | None = None,
+                ground_truth: str | Path | None = None, plots_dir: str | Path = "plots") -> dict:
+    """Build the database over the document stages ending at `last_stage` (their order follows the
+    manifests' input links), plus the token index and the plan when their stages are given; with the
+    embedded corpus's ground truth, also score its planted cases."""
     data_root = Path(data_root)
-    inputs = {s: _manifest(data_root, s)["run_id"] for s in stages}
+    stages = stage_chain(data_root, last_stage)
     truth = json.loads(Path(ground_truth).read_text()) if ground_truth and Path(ground_truth).exists() else None
-    with StageRun("lineage", out_dir, {"stages": stages, "ground_truth": str(ground_truth)}) as run:
-        run.input_hashes.update(inputs)
+    params = {"sources": sources_cfg, "ground_truth": str(ground_truth), "stages": stages,
+              "token_stage": token_stage, "plan_stage": plan_stage}
+    with StageRun("lineage", out_dir, params, libraries=("duckdb",)) as run:
+        for s in (*stages, token_stage, plan_stage):
+            if s is not None:
+                run.input_hashes[s] = input_id(data_root / s)
+        # The database file is not byte-reproducible (DuckDB writes a random database id and block layout,
+        # even on one thread), so no stage reads it: it is the auditors' index, rebuilt from the Parquet.
         con = duckdb.connect(str(run.tmp / DB_NAME))
         try:
-            build(con, stages, data_root, sources_cfg)
+            build(con, stages, data_root, sources_cfg, token_stage, plan_stage)
             problems = verify(con)
             counts = con.execute("SELECT fate, count(*) FROM documents GROUP BY fate").fetchall()
+            rows, summary = funnel(con, data_root, stages)
             if truth and truth.get("cases"):
                 run.metrics["planted_cases"] = build_planted(con, truth, stages)
                 wrong = con.execute("SELECT case_kind, url, explanation FROM planted_cases WHERE verdict = 'wrong'").fetchall()
                 run.extra["planted_wrong"] = [f"{k} {u}: {e}" for k, u, e in wrong]
         finally:
             con.close()
+        write_plot_rows(Path(plots_dir) / "funnel.json", rows)
+        run.metrics.update(summary)
         run.metrics["fates"] = dict(sorted(counts))
         run.metrics["conservation_violations"] = len(problems)
+        run.extra["stages"] = stages
         run.extra["conservation_violations"] = problems
     return {"manifest": run.manifest, "problems": problems, "planted_wrong": run.manifest.get("planted_wrong", [])}
 
@@ -208,11 +258,11 @@ def step_spans(con: duckdb.DuckDBPyConnection, step: int) -> tuple[int, list[tup
     shard, offset, first_token, end_token): tokens [first_token, end_token) of the document, counted from
     its first token; end_token = length + 1 includes the end-of-text.
     """
-    row = con.execute("SELECT params FROM stage_runs WHERE stage = 'mixture'").fetchone()
+    row = con.execute("SELECT manifest FROM stages WHERE json_extract(manifest, '$.tokens_per_step') "
+                      "IS NOT NULL").fetchone()
     if row is None:
-        raise LookupError("no mixture in the lineage: run the mixture stage and rebuild the lineage")
-    train = json.loads(row[0])["train"]
-    per_step = int(train["seq_len"]) * int(train["global_batch"])
+        raise LookupError("no plan in the lineage: run the mixture stage and rebuild the lineage")
+    per_step = int(json.loads(row[0])["tokens_per_step"])
     total = con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0]
     if not 0 <= step < total // per_step:
         raise LookupError(f"step {step} is outside the plan: it holds {total // per_step} full steps "

@@ -62,8 +62,16 @@ def _permutation(n: int, seed: int, bucket: str, epoch: int) -> np.ndarray:
     return np.random.Generator(np.random.PCG64(key)).permutation(n)
 
 
-def parse_phases(cfg: list[Mapping]) -> list[Phase]:
-    phases = [Phase(p["name"], float(p["fraction"]), {k: float(v) for k, v in p["weights"].items()}) for p in cfg]
+def parse_phases(cfg: Mapping[str, Mapping]) -> list[Phase]:
+    """{name: {fraction, weights}} in training order (a mapping, so `dvc exp show` names every weight)."""
+    if not isinstance(cfg, Mapping):
+        raise MixtureError(f"mixture.phases must map phase names to {{fraction, weights}}, got {type(cfg).__name__}")
+    for name, p in cfg.items():
+        if not isinstance(p, Mapping) or set(p) != {"fraction", "weights"}:
+            raise MixtureError(f"mixture.phases.{name} needs exactly the keys fraction and weights, got "
+                               f"{sorted(p) if isinstance(p, Mapping) else p!r}")
+    phases = [Phase(str(name), float(p["fraction"]), {k: float(v) for k, v in p["weights"].items()})
+              for name, p in cfg.items()]
     if not phases:
         raise MixtureError("mixture: at least one phase is needed")
     if not math.isclose(sum(p.fraction for p in phases), 1.0, abs_tol=1e-6):
@@ -151,17 +159,16 @@ def tokens_per_step(train_cfg: Mapping) -> int:
     return int(train_cfg["seq_len"]) * int(train_cfg["global_batch"])
 
 
-def model_params(model_cfg: Mapping, vocab_size: int) -> int:
-    """Parameters of a decoder-only transformer: 12·L·d² in the blocks plus untied embeddings."""
-    d, layers = int(model_cfg["d_model"]), int(model_cfg["n_layers"])
-    return 12 * layers * d * d + 2 * vocab_size * d
+def token_budget(budget_cfg: Mapping, model_cfg: Mapping, vocab_size: int) -> int:
+    """train.token_budget when set; otherwise tokens_per_param x the model's parameters (Chinchilla: 20).
 
+    The parameter count is the model definition's own (tokenmill.train.config.model_size), not an estimate.
+    """
+    if budget_cfg.get("token_budget"):
+        return int(budget_cfg["token_budget"])
+    from tokenmill.train.config import model_size
 
-def token_budget(train_cfg: Mapping, model_cfg: Mapping, vocab_size: int) -> int:
-    """train.token_budget when set; otherwise tokens_per_param x parameters (Chinchilla: 20)."""
-    if train_cfg.get("token_budget"):
-        return int(train_cfg["token_budget"])
-    return int(train_cfg.get("tokens_per_param", 20) * model_params(model_cfg, vocab_size))
+    return int(budget_cfg["tokens_per_param"] * model_size(model_cfg, vocab_size)["params"])
 
 
 def document_bucket_weights(weights: Mapping[str, float]) -> dict[str, float]:

@@ -11,64 +11,32 @@ import pyarrow.parquet as pq
 
 from tokenmill import schema
 from tokenmill.mixture import build_plan, parse_phases, token_budget, tokens_per_step
-from tokenmill.runtime import StageRun, input_id, read_manifest
+from tokenmill.runtime import StageRun, input_id, read_manifest, write_plot_rows
 
 
 def _write(table: pa.Table, path: Path) -> None:
     schema.write_parquet(table, table.schema, path)
 
 
-def text_bytes(documents: Path) -> int:
-    """UTF-8 bytes of the text column, from Parquet metadata alone (no data is read).
+def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, data_root: str | Path,
+                input_stage: str, out_dir: str | Path | None = None, plots_dir: str | Path = "plots") -> dict:
+    """Plan training over data_root/input_stage's token index.
 
-    Uncompressed column size less the 4-byte length prefix of each value: exact for plain-encoded text,
-    close when pages are dictionary-encoded. Good enough for an estimate, and the same on every stage.
+    budget_cfg holds the train keys a plan depends on (seq_len, global_batch, token_budget, tokens_per_param)
+    and model_cfg the model keys its size depends on: a learning-rate change never re-plans.
     """
-    total = 0
-    for path in sorted(documents.glob("*.parquet")):
-        meta = pq.ParquetFile(path).metadata
-        col = meta.schema.to_arrow_schema().get_field_index("text")
-        for i in range(meta.num_row_groups):
-            rg = meta.row_group(i)
-            total += rg.column(col).total_uncompressed_size - 4 * rg.num_rows
-    return max(total, 0)
-
-
-def curation_chain(data_root: Path, last: str) -> list[str]:
-    """The document stages that led to `last`, oldest first, from the manifests' input_stage links."""
-    chain = [last]
-    while (up := read_manifest(data_root / chain[-1]).get("input_stage")) is not None:
-        chain.append(up)
-    return chain[::-1]
-
-
-def effective_tokens(data_root: Path, stages: list[str], tokens: int, plan_tokens: int, packed_tokens: int) -> list[dict]:
-    """Nominal tokens after each curation stage, then planned and packed.
-
-    Curation stages are not tokenized: their tokens are estimated from their text bytes with the tokens per
-    byte measured on the last stage, which was.
-    """
-    sizes = {stage: text_bytes(data_root / stage / "documents") for stage in stages}
-    per_byte = tokens / max(1, sizes[stages[-1]])
-    rows = [{"step": f"after {stage}", "tokens": round(n * per_byte), "estimated": True} for stage, n in sizes.items()]
-    rows.append({"step": "planned (with repeats)", "tokens": plan_tokens, "estimated": False})
-    rows.append({"step": "in full training steps (after packing)", "tokens": packed_tokens, "estimated": False})
-    return rows
-
-
-def run_mixture(mixture_cfg: Mapping, train_cfg: Mapping, model_cfg: Mapping,
-                data_root: str | Path = "data", out_dir: str | Path | None = None) -> dict:
     data_root = Path(data_root)
     out_dir = Path(out_dir) if out_dir else data_root / "mixture"
-    tok = data_root / "tokenize"
+    plots_dir = Path(plots_dir)
+    tok = data_root / input_stage
     index = pa.concat_tables([pq.read_table(p) for p in sorted((tok / "index").glob("*.parquet"))])
     tok_manifest = read_manifest(tok)
     vocab_size = int(tok_manifest["vocab_size"])
-    budget = token_budget(train_cfg, model_cfg, vocab_size)
+    budget = token_budget(budget_cfg, model_cfg, vocab_size)
     phases = parse_phases(mixture_cfg["phases"])
-    params = {"mixture": dict(mixture_cfg), "train": dict(train_cfg), "model": dict(model_cfg), "token_budget": budget}
-    with StageRun("mixture", out_dir, params, input_stage="tokenize") as run:
-        run.input_hashes["tokenize"] = input_id(tok)
+    params = {"mixture": dict(mixture_cfg), "train": dict(budget_cfg), "model": dict(model_cfg), "token_budget": budget}
+    with StageRun("mixture", out_dir, params, input_stage=input_stage, libraries=("numpy", "duckdb")) as run:
+        run.input_hashes[input_stage] = input_id(tok)
         result = build_plan(index, phases, budget, int(mixture_cfg["seed"]),
                             mixture_cfg.get("max_epochs", 4.0), float(mixture_cfg.get("heldout_fraction", 0.0)))
         plan = result["plan"]
@@ -98,20 +66,29 @@ def run_mixture(mixture_cfg: Mapping, train_cfg: Mapping, model_cfg: Mapping,
             GROUP BY a.bucket, a.available_tokens, p.phase ORDER BY a.bucket, p.phase""").to_arrow_table()
         _write(buckets, run.tmp / "buckets.parquet")
 
-        step_tokens = tokens_per_step(train_cfg)
+        step_tokens = tokens_per_step(budget_cfg)
         plan_tokens = int(con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0])
         steps = plan_tokens // step_tokens
-        tokens_in_index = int(con.execute("SELECT sum(length) FROM idx").fetchone()[0] or 0)
+        unique = int(con.execute("SELECT count(DISTINCT doc_id) FROM plan").fetchone()[0])
         con.close()
-        report = effective_tokens(data_root, curation_chain(data_root, tok_manifest["input_stage"]),
-                                  tokens_in_index, plan_tokens, steps * step_tokens)
+        # The few numbers that compare mixtures, top level (`dvc exp show`); per bucket and phase in the plot.
+        per_bucket = {}
+        for b in buckets.to_pylist():
+            agg = per_bucket.setdefault(b["bucket"], {"planned": 0, "available": b["available_tokens"]})
+            agg["planned"] += b["planned_tokens"]
         run.metrics.update({
-            "token_budget": budget, "plan_tokens": plan_tokens, "tokens_per_step": step_tokens, "steps": steps,
-            "packing_waste_tokens": plan_tokens - steps * step_tokens,
+            "token_budget": budget, "plan_tokens": plan_tokens, "steps": steps, "unique_documents": unique,
             "heldout_documents": result["heldout"].num_rows,
-            "buckets": {b["bucket"] + ":" + (b["phase"] or "-"): {"planned_tokens": b["planned_tokens"], "epochs": round(b["epochs"], 4)}
-                        for b in buckets.to_pylist()},
-            "effective_tokens": report,
+            "planned_tokens": {k: v["planned"] for k, v in sorted(per_bucket.items())},
+            "epochs": {k: round(v["planned"] / max(1, v["available"]), 3) for k, v in sorted(per_bucket.items())},
         })
-        run.extra["mixture_name"] = mixture_cfg.get("name")
+        rows = [{"label": f"{k} available", "bucket": k, "phase": None, "tokens": v["available"]}
+                for k, v in sorted(per_bucket.items())]
+        rows += [{"label": f"{b['bucket']} planned in {b['phase']}", "bucket": b["bucket"], "phase": b["phase"],
+                  "tokens": b["planned_tokens"]} for b in buckets.to_pylist() if b["phase"]]
+        write_plot_rows(plots_dir / "mixture_buckets.json", rows)
+        # What training and the audit read without re-deriving it from parameters.
+        run.extra.update({"mixture_name": mixture_cfg.get("name"), "seq_len": int(budget_cfg["seq_len"]),
+                          "global_batch": int(budget_cfg["global_batch"]), "tokens_per_step": step_tokens,
+                          "steps": steps, "token_budget": budget, "phases": [p.name for p in phases]})
     return run.manifest

@@ -110,18 +110,23 @@ def tokenize_shard(task: TokenizeTask) -> dict:
     return {"documents": len(docs), "tokens": tokens}
 
 
-def run_tokenize(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path = "data",
-                 input_stage: str = "decontaminate", tokenizer_stage: str = "tokenizer") -> dict:
+def run_tokenize(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path, input_stage: str,
+                 tokenizer_stage: str, scores_stage: str) -> dict:
+    """Tokenize data_root/input_stage's documents with data_root/tokenizer_stage's model; quality tiers come
+    from the `quality_score` in data_root/scores_stage's decisions."""
     from tokenmill.tokenizer import Tokenizer
 
     data_root = Path(data_root)
     shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
     tok_dir = data_root / tokenizer_stage
     tok = Tokenizer(tok_dir)
-    quality = data_root / "quality" / "decisions"
-    with StageRun(STAGE, data_root / STAGE, dict(params), input_stage=input_stage) as run:
+    quality = data_root / scores_stage / "decisions"
+    with StageRun(STAGE, data_root / STAGE, dict(params), input_stage=input_stage,
+                  libraries=("sentencepiece", "numpy")) as run:
         run.input_hashes[input_stage] = input_id(data_root / input_stage)
         run.input_hashes[tokenizer_stage] = input_id(tok_dir)
+        if params.get("quality_tiers"):
+            run.input_hashes[scores_stage] = input_id(data_root / scores_stage)
         tiers = tier_cutoffs(params.get("quality_tiers") or {}, data_root / input_stage / "documents", quality)
         run.extra["quality_tier_cutoffs"] = tiers
         tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,

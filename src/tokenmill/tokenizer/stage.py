@@ -23,10 +23,10 @@ AUDIT_BYTES = 5_000_000  # per bucket, read from the start of the shards
 
 
 def run_tokenizer(params: Mapping[str, Any] | None, weights: Mapping[str, float] | None,
-                  data_root: str | Path = "data", input_stage: str = "decontaminate",
+                  data_root: str | Path, input_stage: str,
                   audit_bytes_per_bucket: int = AUDIT_BYTES) -> dict:
-    """Train from data/<input_stage>/documents/*.parquet with the mixture's bucket weights (None: the corpus's
-    own proportions); returns the manifest."""
+    """Train from data/<input_stage>/documents/*.parquet with these bucket weights (None: the corpus's own
+    proportions); returns the manifest."""
     p = resolve_params(params)
     data_root = Path(data_root)
     in_dir = data_root / input_stage / "documents"
@@ -35,12 +35,14 @@ def run_tokenizer(params: Mapping[str, Any] | None, weights: Mapping[str, float]
         raise FileNotFoundError(f"no document shards in {in_dir}")
     recorded = {**p, "weights": dict(sorted((weights or {}).items())) or None,
                 "audit_bytes_per_bucket": audit_bytes_per_bucket}
-    with StageRun(STAGE, data_root / STAGE, recorded, input_stage=None) as run:
+    with StageRun(STAGE, data_root / STAGE, recorded, input_stage=None,
+                  libraries=("sentencepiece", "tokenizers", "protobuf")) as run:
         run.input_hashes[input_stage] = input_id(data_root / input_stage)
         meta = train_tokenizer(parquet_source(shards), weights, p, run.tmp)
         report = audit(Tokenizer(run.tmp), parquet_source(shards), max_bytes_per_bucket=audit_bytes_per_bucket)
         (run.tmp / "audit.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-        run.extra["tokenizer"] = {"seconds": meta["seconds"], "model_sha1": meta["model_sha1"]}
+        run.extra.update({"vocab_size": meta["vocab_size"], "model_sha1": meta["model_sha1"]})
+        run.timing["seconds_by_step"] = meta["seconds"]
         run.metrics["tokenizer"] = {
             "vocab_size": meta["vocab_size"],
             "sample_bytes": {b: s["sample_bytes"] for b, s in meta["sample"]["buckets"].items()},
