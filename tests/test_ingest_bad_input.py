@@ -80,8 +80,10 @@ def test_broken_version_line(tmp_path, warc_builder, ingest, conservation, compr
 
     out = ingest(warc_source(path))
     conservation(out)
-    # the first record is kept; reading stops at the start of the broken one, and says so
-    assert [(r["url"], r["locator"], r["action"]) for r in out.joined()] == [("http://a/0", "0", "keep")]
+    # "WRAC" starts no record: its bytes are a read error where they start, and reading resumes at the
+    # next record, which is kept like the one before
+    assert [(r["url"], r["locator"], r["action"]) for r in out.joined()] == [
+        ("http://a/0", "0", "keep"), ("http://a/2", str(len(records[0]) + len(records[1])), "keep")]
     assert [(e["file"], e["offset"]) for e in out.read_errors] == [(path.name, len(records[0]))]
 
 
@@ -100,19 +102,51 @@ def test_file_cut_inside_a_gzip_member_is_reported(tmp_path, warc_builder, inges
     assert [(e["file"], e["offset"]) for e in out.read_errors] == [("cut.warc.gz", len(members[0]))]
 
 
-def test_wrong_content_length_is_reported(tmp_path, warc_builder, ingest, conservation):
-    records = [warc_builder.record(page(f"http://a/{i}"), i, gzip=False) for i in range(3)]
-    head, sep, rest = records[1].partition(b"Content-Length: ")
+def _content_length(record: bytes, value: bytes | None) -> bytes:
+    """The record with its WARC Content-Length value replaced (or the header removed when value is None)."""
+    head, sep, rest = record.partition(b"Content-Length: ")
     n, crlf, tail = rest.partition(b"\r\n")
-    records[1] = head + sep + str(int(n) - 30).encode().rjust(len(n)) + crlf + tail  # 30 bytes short
-    path = tmp_path / "in" / "short.warc"
+    return head + tail if value is None else head + sep + value + crlf + tail
+
+
+def _n(record: bytes) -> int:
+    return int(record.partition(b"Content-Length: ")[2].partition(b"\r\n")[0])
+
+
+HEADER_DAMAGE = {
+    "30-bytes-short": lambda r: _content_length(r, str(_n(r) - 30).encode()),
+    "30-bytes-long": lambda r: _content_length(r, str(_n(r) + 30).encode()),
+    "not-a-number": lambda r: _content_length(r, b"abc"),
+    "negative": lambda r: _content_length(r, b"-5"),
+    "beyond-int64": lambda r: _content_length(r, b"99999999999999999999"),
+    "missing": lambda r: _content_length(r, None),
+    "no-warc-type": lambda r: r.replace(b"WARC-Type: response\r\n", b"", 1),
+    "header-line-without-colon": lambda r: r.replace(b"WARC-Type: response", b"WARC-Type response", 1),
+}
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["warc", "warc.gz"])
+@pytest.mark.parametrize("damage", sorted(HEADER_DAMAGE))
+def test_damaged_header_is_a_malformed_record_and_reading_resumes(tmp_path, warc_builder, ingest, conservation,
+                                                                   damage, compressed):
+    records = [warc_builder.record(page(f"http://a/{i}"), i, gzip=False) for i in range(3)]
+    records[1] = HEADER_DAMAGE[damage](records[1])
+    if compressed:
+        records = [gzip.compress(r, mtime=0) for r in records]
+    path = tmp_path / "in" / ("h.warc.gz" if compressed else "h.warc")
     path.parent.mkdir()
     path.write_bytes(b"".join(records))
 
     out = ingest(warc_source(path))
     conservation(out)
-    start, end = len(records[0]), len(records[0]) + len(records[1])
-    assert [e for e in out.read_errors if e["file"] == "short.warc" and start <= e["offset"] <= end]
+    starts = [0, len(records[0]), len(records[0]) + len(records[1])]
+    got = [(r["locator"], r["action"], r["reason"]) for r in out.joined()]
+    # the damaged record is a drop at its own offset, and the valid records on both sides are read whole
+    assert got == [("0", "keep", "extracted"), (str(starts[1]), "drop", "malformed_record"),
+                   (str(starts[2]), "keep", "extracted")]
+    assert texts_by_url(out) == {"http://a/0": GOOD_TEXT, "http://a/2": GOOD_TEXT}
+    assert json.loads(out.joined()[1]["details"])["error"]
+    assert out.read_errors == []
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -344,3 +378,136 @@ def test_byte_order_mark_wins_and_is_not_kept(payload, label):
     text, charset, _ = payload_to_text(payload, label, "resiliparse")
     assert text == "Café crème, a complete sentence here."
     assert charset.startswith("utf")
+
+
+def test_garbage_between_records_is_a_read_error_and_reading_resumes(tmp_path, warc_builder, ingest, conservation):
+    records = [warc_builder.record(page(f"http://a/{i}"), i, gzip=False) for i in range(2)]
+    junk = b"\r\n".join([b"this line is not a record", bytes(range(1, 256)), b"nor is this one"]) + b"\r\n"
+    path = tmp_path / "in" / "junk.warc"
+    path.parent.mkdir()
+    path.write_bytes(records[0] + junk + records[1])
+
+    out = ingest(warc_source(path))
+    conservation(out)
+    assert [(r["url"], r["locator"], r["action"]) for r in out.joined()] == [
+        ("http://a/0", "0", "keep"), ("http://a/1", str(len(records[0]) + len(junk)), "keep")]
+    assert [(e["offset"]) for e in out.read_errors] == [len(records[0])]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files with nothing in them, text Parquet cannot store, files that are not what their source says
+
+
+@pytest.mark.parametrize("name, content", [
+    ("empty.warc.gz", b""), ("empty.warc", b""), ("empty.jsonl", b""), ("blank.jsonl", b"\n\n  \n"),
+    ("empty.jsonl.gz", gzip.compress(b"", mtime=0)), ("empty.txt", b""),
+])
+def test_empty_file_is_a_read_error(tmp_path, ingest, warc_builder, conservation, name, content):
+    fmt = {"warc": "warc", "jsonl": "jsonl", "txt": "text"}[name.split(".")[1]]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_bytes(content)
+    good = warc_builder(tmp_path / "in2" / "good.warc.gz", [page("http://a/1")])
+    sources = {**warc_source(tmp_path / "in" / name, "e", fmt), **warc_source(good, "g")}
+
+    out = ingest(sources)
+    conservation(out)
+    if fmt == "text" and not content:
+        # a text file is one record, empty or not: an empty one is a drop with a reason
+        assert [(r["source"], r["reason"]) for r in out.joined() if r["source"] == "e"] == [("e", "empty_text")]
+        return
+    assert [(e["source"], e["file"], e["offset"]) for e in out.read_errors] == [("e", name, 0)]
+    assert out.read_errors[0]["error"].startswith("empty_file")
+    assert {r["source"] for r in out.records} == {"g"}
+    # every matched file is listed for the lineage's sources, including the one that yielded nothing
+    assert sorted(out.manifest["source_files"]) == ["e:" + name, "g:good.warc.gz"]
+
+
+def test_lone_surrogates_are_repaired_not_fatal(tmp_path, ingest, conservation):
+    # Valid JSON, valid Python strings, not encodable as UTF-8: one such line used to abort the stage.
+    lines = ['{"id": "a", "text": "before \\ud800 after, a sentence", "url": "http://j/\\udc00x"}',
+             '{"id": "b", "text": "a proper pair \\ud83d\\ude00 stays", "url": "http://j/b"}',
+             '{"id": "c\\udfff", "text": "\\ud800", "url": "http://j/c"}',
+             '{"id": "d", "text": "plain text", "url": "http://j/d"}']
+    path = tmp_path / "in" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+
+    out = ingest(warc_source(path, "j", "jsonl"))
+    conservation(out)
+    rows = {r["locator"]: r for r in out.joined()}
+    assert {k: (r["action"], r["reason"]) for k, r in rows.items()} == {
+        "line:1": ("keep", "extracted"), "line:2": ("keep", "extracted"),
+        "line:3": ("keep", "extracted"), "line:4": ("keep", "extracted")}
+    texts = {d["record_id"]: d["text"] for d in out.documents}
+    assert texts["a"] == "before \ufffd after, a sentence"
+    assert texts["b"] == "a proper pair \U0001F600 stays"
+    assert texts["c\ufffd"] == "\ufffd"
+    assert rows["line:1"]["url"] == "http://j/\ufffdx"
+    assert json.loads(rows["line:1"]["details"]) == {"repaired": "1 lone surrogate(s) replaced by U+FFFD"}
+    assert rows["line:4"]["details"] is None
+
+
+def _parquet(path, table):
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def test_file_that_is_not_parquet_is_a_read_error(tmp_path, ingest, conservation):
+    import pyarrow as pa
+
+    bad = tmp_path / "in" / "not.parquet"
+    bad.parent.mkdir()
+    bad.write_bytes(b'{"text": "this is JSON, not Parquet"}\n')
+    good = _parquet(tmp_path / "in" / "good.parquet", pa.table({"text": ["one document", "another document"]}))
+
+    out = ingest(warc_source(tmp_path / "in" / "*.parquet", "p", "parquet"))
+    conservation(out)
+    assert sorted(d["text"] for d in out.documents) == ["another document", "one document"]
+    assert [(e["file"], e["offset"]) for e in out.read_errors] == [("not.parquet", 0)]
+    assert "Parquet" in out.read_errors[0]["error"]
+    assert good.exists()
+
+
+def test_parquet_without_the_text_column_is_a_read_error(tmp_path, ingest, conservation):
+    import pyarrow as pa
+
+    path = _parquet(tmp_path / "in" / "wrong.parquet", pa.table({"body": ["x", "y"], "url": ["u1", "u2"]}))
+    out = ingest(warc_source(path, "p", "parquet"))
+    conservation(out)
+    assert out.records == []
+    assert [(e["file"], e["offset"]) for e in out.read_errors] == [("wrong.parquet", 0)]
+    assert "'text'" in out.read_errors[0]["error"] and "body" in out.read_errors[0]["error"]
+
+
+def test_parquet_text_column_of_the_wrong_type_drops_each_row(tmp_path, ingest, conservation):
+    import pyarrow as pa
+
+    path = _parquet(tmp_path / "in" / "ints.parquet", pa.table({"text": [1, 2, 3]}))
+    out = ingest(warc_source(path, "p", "parquet"))
+    conservation(out)
+    assert [(r["locator"], r["reason"]) for r in out.joined()] == [
+        ("row:0", "malformed_record"), ("row:1", "malformed_record"), ("row:2", "malformed_record")]
+
+
+def test_damaged_parquet_row_group_is_a_read_error_and_the_others_are_read(tmp_path, ingest, conservation):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"document {i}" + " word" * 50 for i in range(30)]
+    path = tmp_path / "in" / "groups.parquet"
+    path.parent.mkdir()
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=10, compression="none")
+    meta = pq.ParquetFile(path).metadata
+    middle = meta.row_group(1).column(0)
+    data = bytearray(path.read_bytes())
+    start = middle.dictionary_page_offset if middle.has_dictionary_page else middle.data_page_offset
+    data[start:start + middle.total_compressed_size] = b"\xff" * middle.total_compressed_size  # row group 1's pages
+    path.write_bytes(bytes(data))
+
+    out = ingest(warc_source(path, "p", "parquet"))
+    conservation(out)
+    assert sorted(d["text"] for d in out.documents) == sorted(texts[:10] + texts[20:])
+    assert [(e["file"], e["offset"]) for e in out.read_errors] == [("groups.parquet", 10)]

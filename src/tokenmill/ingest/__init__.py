@@ -1,14 +1,18 @@
 """The ingest stage: declared sources -> document shards, a record row and a decision row per record.
 
 Every record read gets a doc_id (contract 2). Records that become documents are `keep`; the rest are
-`drop` with a reason (not_content, revisit, http_status, truncated_record, ...). One input file is one
-unit of work and one output shard per table, so outputs do not depend on the executor.
+`drop` with a reason (not_content, revisit, http_status, truncated_record, malformed_record, ...). One input
+file is one unit of work and one output shard per table, so outputs do not depend on the executor.
+
+Faults stay as small as they can: a damaged record is a drop, a damaged stretch of a file is a read error
+at its offset, a file that yields nothing is an `empty_file` read error, and no input aborts the stage.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -113,27 +117,43 @@ def _records(task: IngestTask) -> Iterator[Record | ReadError]:
     return read_text_file(path, task.max_payload_bytes)
 
 
+# Lone UTF-16 surrogates: valid in JSON ("\ud800") and in Python strings, but not encodable as UTF-8, so
+# Parquet cannot store them (one such JSONL line used to abort the whole stage at the shard write).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(value: str | None) -> tuple[str | None, int]:
+    """(value with lone surrogates replaced by U+FFFD, how many were replaced)."""
+    if value is None or not _SURROGATE.search(value):
+        return value, 0
+    return _SURROGATE.subn("\ufffd", value)
+
+
 def ingest_file(task: IngestTask) -> dict:
     """Worker: read one file, write its four shards, return counts by action:reason."""
     src = task.source
     docs, records, decisions, errors = [], [], [], []
     counts: Counter[str] = Counter()
+    items = 0
     for item in _records(task):
+        items += 1
         if isinstance(item, ReadError):
-            errors.append({"source": src["name"], "file": task.file, "offset": item.offset, "error": item.error})
+            errors.append({"source": src["name"], "file": task.file, "offset": max(0, item.offset),
+                           "error": " ".join(_storable(item.error)[0].split())})  # one line
             continue
+        meta = {k: _storable(getattr(item, k))[0] for k in ("url", "record_id", "crawl_date", "content_type")}
         doc_id = schema.make_doc_id(src["name"], task.file, item.locator, item.payload_sha1)
         records.append({"doc_id": doc_id, "source": src["name"], "bucket": src["bucket"], "file": task.file,
-                        "locator": item.locator, "record_type": item.record_type, "url": item.url,
-                        "record_id": item.record_id, "crawl_date": item.crawl_date,
-                        "content_type": item.content_type, "payload_bytes": item.payload_bytes,
-                        "payload_sha1": item.payload_sha1})
+                        "locator": item.locator, "record_type": _storable(item.record_type)[0],
+                        **meta, "payload_bytes": item.payload_bytes, "payload_sha1": item.payload_sha1})
+        repaired = 0
         try:
             if item.drop is not None:
                 raise item.drop
             used = None
             if item.text is not None:
-                text, charset = normalise(item.text), "utf-8"
+                text, repaired = _storable(item.text)
+                text, charset = normalise(text), "utf-8"
                 if not text.strip():
                     raise Drop("empty_text", "empty text field")
             else:
@@ -144,16 +164,26 @@ def ingest_file(task: IngestTask) -> dict:
                                              {"error": drop.detail} if drop.detail else None))
             counts[f"drop:{drop.reason}"] += 1
             continue
+        except Exception as exc:  # an extractor crashing on one page costs that page, not the stage
+            decisions.append(schema.decision(doc_id, STAGE, "drop", "extraction_failed",
+                                             {"payload_bytes": item.payload_bytes},
+                                             {"error": _storable(f"{type(exc).__name__}: {exc}"[:500])[0]}))
+            counts["drop:extraction_failed"] += 1
+            continue
         docs.append({"doc_id": doc_id, "text": text, "source": src["name"], "bucket": src["bucket"],
-                     "licence": src["licence"], "snapshot": src.get("snapshot") or "", "url": item.url,
-                     "record_id": item.record_id, "crawl_date": item.crawl_date,
-                     "content_type": item.content_type, "charset": charset, "file": task.file,
-                     "locator": item.locator})
-        fallback = {"extractor": f"{used} (fallback: {task.extractor} found no text)"} \
-            if used and used != task.extractor else None
+                     "licence": src["licence"], "snapshot": src.get("snapshot") or "", **meta,
+                     "charset": charset, "file": task.file, "locator": item.locator})
+        details = {}
+        if used and used != task.extractor:
+            details["extractor"] = f"{used} (fallback: {task.extractor} found no text)"
+        if repaired:
+            details["repaired"] = f"{repaired} lone surrogate(s) replaced by U+FFFD"
         decisions.append(schema.decision(doc_id, STAGE, "keep", "extracted",
-                                         {"payload_bytes": item.payload_bytes, "text_chars": len(text)}, fallback))
+                                         {"payload_bytes": item.payload_bytes, "text_chars": len(text)}, details))
         counts["keep:extracted"] += 1
+    if items == 0:
+        errors.append({"source": src["name"], "file": task.file, "offset": 0,
+                       "error": "empty_file: the file holds no records"})
 
     out = Path(task.out_dir)
     for table, rows, sch in (("documents", docs, schema.DOCUMENT), ("records", records, schema.RECORD),
@@ -188,4 +218,5 @@ def run_ingest(sources_cfg: Mapping, ingest_cfg: Mapping, execution_cfg: Mapping
             run.input_hashes[r["file"]] = r["sha1"]
         run.extra["read_errors"] = sum(r["read_errors"] for r in results)
         run.extra["files"] = len(tasks)
+        run.extra["source_files"] = dict(sorted(run.input_hashes.items()))  # "source:file" -> sha1, for the lineage
     return run.manifest
