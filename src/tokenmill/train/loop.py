@@ -1,0 +1,460 @@
+"""The training loop: train(run_cfg, data_root, out_dir, live_dir) -> summary.
+
+Runs in one plain process (it creates a 1-process gloo group) or under torchrun (env:// init, NCCL on GPU).
+Per step: the step's global batch from the plan (this rank's slice, in micro-batches), forward and backward
+(loss_parallel under TP), the global loss and gradient norm, a verdict (non-finite, loss spike, gradient-norm
+spike: skip the update and record the step's documents), clipping, AdamW. Rank 0 logs to DVCLive.
+
+Output directory (out_dir), every file a function of config + data only (timings go to DVCLive and to the
+returned summary's "timing"):
+    checkpoints/step_<N>/   DCP checkpoints, the newest `train.checkpoint.keep` (see checkpoint.py)
+    steps.parquet           one row per step: STEPS
+    spikes.parquet          one row per skipped step with the doc_ids of its batch: SPIKES
+    heldout.parquet         held-out loss per bucket at each evaluation: HELDOUT
+    final/model.safetensors consolidated float32 weights (names of model.py; output.weight omitted when tied)
+    final/config.json       model config, vocab_size, eos_id, seq_len: all the export stage needs
+    summary.json            the summary without its "timing" part
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+import os
+import resource
+import socket
+import time
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
+
+from tokenmill import schema
+from tokenmill.train.checkpoint import Checkpointer
+from tokenmill.train.config import RunConfig, model_size, parse_run
+from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
+from tokenmill.train.metrics import mfu, peak_flops
+from tokenmill.train.model import Transformer, lm_loss
+from tokenmill.train.parallel import Layout, build_mesh, parallelize
+from tokenmill.train.schedule import make_schedule
+
+STEPS = pa.schema([
+    ("step", pa.int64()),  # 0-based; step N fed stream tokens [N*T, (N+1)*T)
+    ("phase", pa.string()),  # plan phase of the step's first token
+    ("tokens_hash", pa.string()),  # blake2b-16 of the step's input tokens as uint32 LE
+    ("tokens", pa.int64()),  # stream tokens fed up to and including this step
+    ("loss", pa.float64()),  # mean cross-entropy over the global batch, before the update
+    ("grad_norm", pa.float64()),  # global L2 norm before clipping
+    ("lr", pa.float64()),
+    ("skipped", pa.bool_()),
+    ("skip_reason", pa.string()),  # nonfinite | loss_spike | grad_norm_spike; null when applied
+])
+SPIKES = pa.schema([
+    ("step", pa.int64()),
+    ("reason", pa.string()),
+    ("loss", pa.float64()),
+    ("grad_norm", pa.float64()),
+    ("window_mean_loss", pa.float64()),
+    ("window_mean_grad_norm", pa.float64()),
+    ("doc_ids", pa.list_(pa.string())),  # documents with tokens in the step's inputs or targets
+])
+HELDOUT = pa.schema([("step", pa.int64()), ("bucket", pa.string()), ("loss", pa.float64()),
+                     ("sequences", pa.int64())])
+
+
+class TrainError(RuntimeError):
+    """A run that cannot go on (diverged, empty plan); the message says why."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Process group
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(device: str) -> tuple[torch.device, bool]:
+    """(device, whether this call created the process group). torchrun: env://; otherwise one process."""
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    created = False
+    if not dist.is_initialized():
+        # cpu:gloo beside NCCL serves object collectives (checkpoint choice) without touching the GPU.
+        backend = "cpu:gloo,cuda:nccl" if use_cuda else "gloo"
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(backend, init_method="env://")
+        else:
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        created = True
+    return torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu"), created
+
+
+def _world_mean(value: torch.Tensor) -> torch.Tensor:
+    """Mean over all ranks. Ranks of one TP group hold the same value, so this is the mean over DP ranks.
+    SUM then divide: gloo has no AVG all-reduce."""
+    value = value.detach().clone()
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value / dist.get_world_size()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The model and one step
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices of the linear layers only; norms and the embedding table are not decayed (a tied
+    output layer is the embedding table, so it is not decayed either)."""
+    decay, no_decay, seen = [], [], set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        (decay if p.ndim >= 2 and "tok_embeddings" not in name else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class Trainer:
+    """The model, optimizer and data of one run on this rank; the pieces the loop (and tests) drive."""
+
+    def __init__(self, cfg: RunConfig, stream: PlanStream, device: torch.device):
+        self.cfg, self.stream, self.device = cfg, stream, device
+        t = cfg.train
+        self.layout: Layout = build_mesh(device.type, t.parallel)
+        self.loader = BatchLoader(stream, t.seq_len, t.global_batch, self.layout.dp_rank, self.layout.dp_size)
+        per_rank = t.global_batch // self.layout.dp_size
+        self.micro_batch = t.micro_batch or per_rank
+        if per_rank % self.micro_batch:
+            raise ValueError(f"train.micro_batch ({self.micro_batch}) must divide the sequences per data-parallel "
+                             f"rank ({per_rank} = global_batch {t.global_batch} / {self.layout.dp_size} ranks)")
+        torch.manual_seed(t.seed)
+        model = Transformer(cfg.model, stream.vocab_size, t.seq_len, stream.eos_id)
+        model.init_weights(t.seed)
+        model.to(device)
+        parallelize(model, self.layout, t.parallel, device.type)
+        self.model = model
+        opt = t.optimizer
+        fused = opt.fused if opt.fused is not None else device.type == "cuda"
+        self.optimizer = torch.optim.AdamW(param_groups(model, opt.weight_decay), lr=opt.lr, betas=opt.betas,
+                                           eps=opt.eps, fused=fused, foreach=None if fused else True)
+
+    def _loss_context(self):
+        return loss_parallel() if self.layout.tp_mesh is not None else contextlib.nullcontext()
+
+    def forward_backward(self, inputs: np.ndarray, targets: np.ndarray) -> torch.Tensor:
+        """Gradients of the mean loss over this rank's sequences (accumulated over micro-batches);
+        returns the mean cross-entropy on this rank (without z-loss)."""
+        n_micro = inputs.shape[0] // self.micro_batch
+        total = torch.zeros((), device=self.device)
+        for i in range(n_micro):
+            sl = slice(i * self.micro_batch, (i + 1) * self.micro_batch)
+            x = torch.from_numpy(inputs[sl].astype(np.int64)).to(self.device)
+            y = torch.from_numpy(targets[sl].astype(np.int64)).to(self.device)
+            with self._loss_context():
+                loss, ce = lm_loss(self.model(x), y, self.cfg.model.z_loss)
+                (loss / n_micro).backward()
+            ce = ce.full_tensor() if isinstance(ce, DTensor) else ce
+            total += ce.detach() / n_micro
+        return total
+
+    def grad_norm(self) -> torch.Tensor:
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, 2.0, error_if_nonfinite=False, foreach=True)
+        return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+    def clip_and_step(self, norm: torch.Tensor, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        torch.nn.utils.clip_grads_with_norm_(params, self.cfg.train.clip_grad_norm, norm, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @torch.no_grad()
+    def heldout_loss(self, sequences: np.ndarray) -> tuple[float, int]:
+        """Mean cross-entropy over whole sequences, split evenly over DP ranks; (loss, sequences used)."""
+        n = (len(sequences) // self.layout.dp_size) * self.layout.dp_size
+        if n == 0:
+            return float("nan"), 0
+        per = n // self.layout.dp_size
+        mine = sequences[self.layout.dp_rank * per:(self.layout.dp_rank + 1) * per]
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        for i in range(0, per, self.micro_batch):
+            chunk = mine[i:i + self.micro_batch]
+            x = torch.from_numpy(chunk[:, :-1].astype(np.int64)).to(self.device)
+            y = torch.from_numpy(chunk[:, 1:].astype(np.int64)).to(self.device)
+            with self._loss_context():
+                _, ce = lm_loss(self.model(x), y)
+            ce = ce.full_tensor() if isinstance(ce, DTensor) else ce
+            total += ce * len(chunk) / per
+        self.model.train()
+        return float(_world_mean(total)), n
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Spike guard
+
+
+def spike_verdict(loss: float, grad_norm: float, losses: list[float], norms: list[float], k: float,
+                  min_history: int) -> str | None:
+    """nonfinite, loss_spike or grad_norm_spike when the step must not update the model, else None.
+
+    A spike is a value above the window's mean by more than k standard deviations. The standard deviation
+    has a floor of 1% of the mean: on a smooth stretch it can get so small that noise would trip the guard.
+    Only upward moves count: the loss falling fast early in training is not an anomaly.
+    """
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        return "nonfinite"
+    if len(losses) < min_history:
+        return None
+    for value, window, reason in ((loss, losses, "loss_spike"), (grad_norm, norms, "grad_norm_spike")):
+        mean, std = float(np.mean(window)), float(np.std(window))
+        if value > mean + k * max(std, 0.01 * abs(mean)):
+            return reason
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+
+
+def _rng_state() -> dict:
+    state = {"cpu": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = base64.b64encode(torch.cuda.get_rng_state().numpy().tobytes()).decode()
+    return state
+
+
+def _set_rng_state(state: Mapping) -> None:
+    torch.set_rng_state(torch.from_numpy(np.frombuffer(base64.b64decode(state["cpu"]), dtype=np.uint8).copy()))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(torch.from_numpy(np.frombuffer(base64.b64decode(state["cuda"]), dtype=np.uint8).copy()))
+
+
+def _peak_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def plan_steps(cfg: RunConfig, stream: PlanStream, params: int) -> int:
+    """Steps this run takes: its token budget (a scout's is smaller than the plan's), the plan, max_steps."""
+    t = cfg.train
+    budget = t.token_budget or int(t.tokens_per_param * params)
+    steps = min(budget // t.tokens_per_step, max(0, (stream.total_tokens - 1) // t.tokens_per_step))
+    if t.max_steps:
+        steps = min(steps, t.max_steps)
+    if steps <= 0:
+        raise TrainError(f"no full step fits: the plan holds {stream.total_tokens} tokens and the budget {budget}, "
+                         f"a step takes {t.tokens_per_step} (seq_len x global_batch)")
+    return steps
+
+
+def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig, summary: dict) -> None:
+    """Rank 0 writes the tables and summary; every rank takes part in gathering the final weights."""
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() != 0:
+        return
+    schema.write_parquet(state["records"], STEPS, out_dir / "steps.parquet")
+    schema.write_parquet(state["spikes"], SPIKES, out_dir / "spikes.parquet")
+    schema.write_parquet(state["heldout"], HELDOUT, out_dir / "heldout.parquet")
+    final, tmp = out_dir / "final", out_dir / ".tmp-final"
+    tmp.mkdir(parents=True, exist_ok=True)
+    weights = {k: v.float().contiguous() for k, v in full.items()
+               if not (cfg.model.tie_embeddings and k == "output.weight")}
+    save_file(weights, str(tmp / "model.safetensors"))
+    (tmp / "config.json").write_text(json.dumps({
+        "model": cfg.model.model_dump(), "vocab_size": trainer.stream.vocab_size, "eos_id": trainer.stream.eos_id,
+        "seq_len": cfg.train.seq_len, "format": "tokenmill.train.model.Transformer state dict, float32"},
+        indent=2, sort_keys=True) + "\n")
+    if final.exists():
+        import shutil
+
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    tmp_summary = out_dir / ".summary.json.tmp"
+    tmp_summary.write_text(json.dumps({k: v for k, v in summary.items() if k != "timing"}, indent=2,
+                                      sort_keys=True) + "\n")
+    os.replace(tmp_summary, out_dir / "summary.json")
+
+
+def train(run_cfg: Mapping, data_root: str | Path, out_dir: str | Path, live_dir: str | Path | None,
+          tokens_dir: str | Path | None = None, plan_dir: str | Path | None = None) -> dict:
+    """Train (or resume) the run described by {"model": ..., "train": ...} on data_root's plan.
+
+    tokens_dir and plan_dir default to data_root/tokenize and data_root/mixture. Returns the summary
+    (also written to out_dir/summary.json without "timing"). Resumes from out_dir/checkpoints when a
+    complete checkpoint is there, whatever the layout it was written under.
+    """
+    cfg = parse_run(run_cfg)
+    device, created = init_distributed(cfg.train.device)
+    try:
+        stream = PlanStream(tokens_dir or Path(data_root) / "tokenize", plan_dir or Path(data_root) / "mixture")
+        return _run(cfg, stream, device, Path(out_dir), Path(live_dir) if live_dir else None)
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path, live_dir: Path | None) -> dict:
+    t = cfg.train
+    rank = dist.get_rank()
+    size = model_size(cfg.model, stream.vocab_size, t.seq_len)
+    total_steps = plan_steps(cfg, stream, size["params"])
+    trainer = Trainer(cfg, stream, device)
+    decay_at = stream.phase_start(t.schedule.decay_phase) if t.schedule.decay_phase else None
+    schedule = make_schedule(t.schedule, t.optimizer.lr, total_steps,
+                             None if decay_at is None else decay_at // t.tokens_per_step)
+    fault = _parse_fault(os.environ.get("TOKENMILL_FAULT", ""))
+    ckpt = Checkpointer(out_dir / "checkpoints", t.checkpoint.keep, kill_at=fault.get("kill_in_checkpoint"))
+    ckpt.clean()
+    state = ckpt.load_latest(trainer.model, trainer.optimizer)
+    resumed = state is not None
+    if resumed:
+        _set_rng_state(state["rng"])
+        if state["step"] > total_steps:
+            raise TrainError(f"the checkpoint in {ckpt.root} is at step {state['step']}, past this run's "
+                             f"{total_steps} steps")
+    else:
+        state = {"step": 0, "records": [], "spikes": [], "heldout": [], "losses": [], "norms": [], "consecutive": 0}
+    heldout = heldout_sequences(stream.tokens_dir, stream.plan_dir, t.seq_len, t.logging.eval_sequences,
+                                stream.eos_id, stream.dtype)
+
+    live = None
+    if rank == 0 and live_dir is not None:
+        from dvclive import Live
+
+        # dvcyaml=False: the stage's dvc.yaml declares the plots; DVCLive must not rewrite it.
+        live = Live(str(live_dir), resume=resumed, save_dvc_exp=False, dvcyaml=False, report=None)
+
+    def evaluate(step_done: int) -> dict[str, float]:
+        out = {}
+        for bucket, seqs in heldout.items():
+            loss, n = trainer.heldout_loss(seqs)
+            if n:
+                out[bucket] = loss
+                state["heldout"].append({"step": step_done, "bucket": bucket, "loss": loss, "sequences": n})
+        if live is not None and out:
+            live.step = step_done
+            for bucket, loss in out.items():
+                live.log_metric(f"heldout/{bucket}/loss", loss)
+        return out
+
+    start_step = state["step"]
+    if state["step"] == 0 and not state["heldout"]:
+        evaluate(0)
+    peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", t.logging.peak_flops)
+    devices = dist.get_world_size()
+    timing = {"step_seconds": [], "tokens": 0}
+    interval_start, interval_tokens = time.perf_counter(), 0
+    for step in range(state["step"], total_steps):
+        started = time.perf_counter()
+        batch = trainer.loader.batch(step)
+        lr = schedule.lr(step)
+        ce = trainer.forward_backward(batch.inputs, batch.targets)
+        loss = float(_world_mean(ce))
+        norm_t = trainer.grad_norm()
+        norm = float(norm_t)
+        # With the guard disabled only non-finite values are caught (a history that is never long enough).
+        reason = spike_verdict(loss, norm, state["losses"], state["norms"], t.spike.k_sigma,
+                               t.spike.min_history if t.spike.enabled else math.inf)
+        if reason is None:
+            trainer.clip_and_step(norm_t, lr)
+            state["losses"] = (state["losses"] + [loss])[-t.spike.window:]
+            state["norms"] = (state["norms"] + [norm])[-t.spike.window:]
+            state["consecutive"] = 0
+        else:
+            trainer.optimizer.zero_grad(set_to_none=True)
+            state["consecutive"] += 1
+            state["spikes"].append({
+                "step": step, "reason": reason, "loss": loss, "grad_norm": norm,
+                "window_mean_loss": float(np.mean(state["losses"])) if state["losses"] else None,
+                "window_mean_grad_norm": float(np.mean(state["norms"])) if state["norms"] else None,
+                "doc_ids": trainer.loader.doc_ids(step)})
+            if rank == 0:
+                print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {norm:.4f})", flush=True)
+        state["records"].append({"step": step, "phase": batch.phase, "tokens_hash": batch.tokens_hash,
+                                 "tokens": (step + 1) * t.tokens_per_step, "loss": loss, "grad_norm": norm,
+                                 "lr": lr, "skipped": reason is not None, "skip_reason": reason})
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - started
+        timing["step_seconds"].append(elapsed)
+        interval_tokens += t.tokens_per_step
+        state["step"] = step + 1
+        if state["consecutive"] > t.spike.max_consecutive:
+            raise TrainError(f"{state['consecutive']} steps in a row skipped up to step {step} "
+                             f"(last: {reason}, loss {loss:.4f}): the run diverged")
+
+        last = step + 1 == total_steps
+        if live is not None and ((step + 1) % t.logging.log_interval == 0 or last):
+            seconds = time.perf_counter() - interval_start
+            tps = interval_tokens / seconds if seconds > 0 else 0.0
+            live.step = step + 1
+            live.log_metric("train/loss", loss)
+            live.log_metric("train/grad_norm", norm)
+            live.log_metric("train/lr", lr)
+            live.log_metric("perf/tokens_per_second", tps)
+            live.log_metric("perf/memory_gib", _peak_memory(device) / 2**30)
+            for name, key in (("perf/mfu", "flops_per_token"), ("perf/mfu_causal", "flops_per_token_causal")):
+                value = mfu(tps, size[key], devices, peak)
+                if value is not None:
+                    live.log_metric(name, value)
+            live.next_step()
+        if (step + 1) % t.logging.log_interval == 0 or last:
+            interval_start, interval_tokens = time.perf_counter(), 0
+        if (step + 1) % t.logging.eval_interval == 0 or last:
+            evaluate(step + 1)
+        if (step + 1) % t.checkpoint.interval == 0 or last:
+            state["rng"] = _rng_state()
+            ckpt.save(step + 1, trainer.model, trainer.optimizer, state)
+        if (step + 1) % t.logging.eval_interval == 0 or (step + 1) % t.checkpoint.interval == 0 or last:
+            interval_start = time.perf_counter()  # evaluation and checkpoint time is not training throughput
+
+    summary = _summary(cfg, state, size, total_steps)
+    # Throughput over the steps this process ran, the first left out (compilation, allocator warm-up).
+    secs = timing["step_seconds"][1:] or timing["step_seconds"]
+    tps = len(secs) * t.tokens_per_step / sum(secs) if secs and sum(secs) > 0 else None
+    summary["timing"] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "devices": devices, "steps_timed": len(secs), "tokens_per_second": tps,
+        "tokens_per_second_per_device": tps / devices if tps else None,
+        "mfu": mfu(tps, size["flops_per_token"], devices, peak) if tps else None,
+        "mfu_causal": mfu(tps, size["flops_per_token_causal"], devices, peak) if tps else None,
+        "peak_flops_per_device": peak, "peak_memory_bytes": _peak_memory(device), "resumed_from_step": start_step if resumed else None,
+    }
+    _write_outputs(out_dir, state, trainer, cfg, summary)
+    if live is not None:
+        live.end()
+    return summary
+
+
+def _summary(cfg: RunConfig, state: dict, size: dict, total_steps: int) -> dict:
+    t = cfg.train
+    applied = [r for r in state["records"] if not r["skipped"]]
+    final_step = state["heldout"][-1]["step"] if state["heldout"] else None
+    return {
+        "steps": total_steps, "tokens": total_steps * t.tokens_per_step,
+        "skipped_steps": sum(r["skipped"] for r in state["records"]),
+        "final_train_loss": applied[-1]["loss"] if applied else None,
+        "final_train_loss_mean10": float(np.mean([r["loss"] for r in applied[-10:]])) if applied else None,
+        "heldout_loss": {h["bucket"]: h["loss"] for h in state["heldout"] if h["step"] == final_step},
+        "initial_heldout_loss": {h["bucket"]: h["loss"] for h in state["heldout"] if h["step"] == 0},
+        "params": size["params"], "matmul_params": size["matmul_params"],
+        "flops_per_token": size["flops_per_token"], "flops_per_token_causal": size["flops_per_token_causal"],
+        "total_flops": size["flops_per_token"] * total_steps * t.tokens_per_step,
+    }

@@ -1,0 +1,176 @@
+"""A plain Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention through SDPA.
+
+No parallelism here and no torch.distributed import: parallel.py shards these modules from outside
+(torchtitan style). Attention reshapes with -1 heads so the same code runs on the local heads of a
+tensor-parallel shard. Parameter counts match config.model_size exactly (a test checks it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tokenmill.train.config import ModelConfig
+
+
+def rope_tables(head_dim: int, max_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position x frequency, (max_len, head_dim / 2), in float32."""
+    freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float32), freqs)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, S, H, D); cos/sin broadcastable to (B, S, 1, D/2). Rotates interleaved pairs, in float32."""
+    xf = x.float().unflatten(-1, (-1, 2))
+    a, b = xf[..., 0], xf[..., 1]
+    out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    return out.type_as(x)
+
+
+def document_layout(tokens: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions that restart after every end-of-text, and a (B, 1, S, S) mask allowing attention only to
+    earlier tokens of the same document. The end-of-text token belongs to the document it ends."""
+    is_eos = (tokens == eos_id).to(torch.int64)
+    doc = torch.cumsum(is_eos, dim=1) - is_eos  # documents started before each token
+    idx = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+    # Start of each token's document: the largest index whose previous token is eos (or 0).
+    starts = torch.where(torch.cat([torch.ones_like(is_eos[:, :1]), is_eos[:, :-1]], dim=1).bool(), idx, 0)
+    positions = idx - torch.cummax(starts, dim=1).values
+    same_doc = doc.unsqueeze(2) == doc.unsqueeze(1)
+    causal = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool, device=tokens.device).tril()
+    return positions, (same_doc & causal).unsqueeze(1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.head_dim = cfg.head_dim
+        self.q_per_kv = cfg.n_heads // cfg.kv_heads
+        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None):
+        B, S, _ = x.shape
+        # -1 heads: under tensor parallelism each rank holds n_heads / tp query and kv heads.
+        q = self.wq(x).view(B, S, -1, self.head_dim)
+        k = self.wk(x).view(B, S, -1, self.head_dim)
+        v = self.wv(x).view(B, S, -1, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, S, D)
+        # enable_gqa lets the kernel share each kv head among its query heads without copying k and v.
+        gqa = self.q_per_kv > 1
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return self.wo(out.transpose(1, 2).reshape(B, S, -1))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.d_model, cfg.hidden_dim, bias=False)
+        self.w3 = nn.Linear(cfg.d_model, cfg.hidden_dim, bias=False)
+        self.w2 = nn.Linear(cfg.hidden_dim, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attention(self.attention_norm(x), cos, sin, mask)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    """tokens (B, S) -> logits (B, S, vocab). eos_id is used only by document masking."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, max_seq_len: int, eos_id: int | None = None):
+        super().__init__()
+        if cfg.document_mask and eos_id is None:
+            raise ValueError("model.document_mask needs the tokenizer's eos_id")
+        self.cfg, self.vocab_size, self.eos_id = cfg, vocab_size, eos_id
+        self.tok_embeddings = nn.Embedding(vocab_size, cfg.d_model)
+        # A ModuleDict keyed "0".."n-1" keeps the state-dict names stable when parallel.py wraps blocks.
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.output = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        cos, sin = rope_tables(cfg.head_dim, max_seq_len, cfg.rope_theta)
+        # Not parameters and not in the state dict: recomputed from the config on every load.
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        """Deterministic from the seed alone (one CPU generator, modules in a fixed order).
+
+        Normal(0, init_std) for every matrix, with the output projections of each block (wo, w2) scaled by
+        1/sqrt(2 n_layers) (GPT-2), so the residual stream's variance does not grow with depth; norms at 1.
+        """
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        std = self.cfg.init_std
+        deep = std / math.sqrt(2 * self.cfg.n_layers)
+
+        def normal_(t: torch.Tensor, s: float) -> None:
+            t.copy_(torch.randn(t.shape, generator=g, dtype=torch.float32).mul_(s).to(t.dtype))
+
+        normal_(self.tok_embeddings.weight, std)
+        for block in self.layers.values():
+            a, f = block.attention, block.feed_forward
+            for lin, s in ((a.wq, std), (a.wk, std), (a.wv, std), (a.wo, deep), (f.w1, std), (f.w3, std), (f.w2, deep)):
+                normal_(lin.weight, s)
+        if not self.cfg.tie_embeddings:
+            normal_(self.output.weight, std)
+        for m in self.modules():
+            if isinstance(m, nn.RMSNorm):
+                m.weight.fill_(1.0)
+        cos, sin = rope_tables(self.cfg.head_dim, self.rope_cos.shape[0], self.cfg.rope_theta)
+        self.rope_cos.copy_(cos)
+        self.rope_sin.copy_(sin)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        S = tokens.shape[1]
+        if self.cfg.document_mask:
+            positions, mask = document_layout(tokens, self.eos_id)
+            cos, sin = self.rope_cos[positions].unsqueeze(2), self.rope_sin[positions].unsqueeze(2)
+        else:
+            mask = None
+            cos, sin = self.rope_cos[:S].view(1, S, 1, -1), self.rope_sin[:S].view(1, S, 1, -1)
+        h = self.tok_embeddings(tokens)
+        for block in self.layers.values():
+            h = block(h, cos, sin, mask)
+        return self.output(self.norm(h))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss to optimise, cross-entropy) as means over all tokens; logits in float32 (bf16 CE loses digits).
+
+    z-loss adds z_loss x mean(logsumexp(logits)^2), pulling the softmax normaliser towards 1 (PaLM).
+    """
+    flat = logits.flatten(0, 1).float()
+    ce = F.cross_entropy(flat, targets.flatten(0, 1))
+    if z_loss > 0:
+        return ce + z_loss * torch.logsumexp(flat, dim=-1).pow(2).mean(), ce
+    return ce, ce

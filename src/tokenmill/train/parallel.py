@@ -1,0 +1,151 @@
+"""Parallelism applied to the plain model from outside (torchtitan's order): tensor parallel, activation
+checkpointing, torch.compile per block, then FSDP2 per block and at the root.
+
+One code path for every layout: a single process is a 1-rank mesh (FSDP2 over one rank is a no-op for the
+maths and keeps parameters, checkpoints and resume the same DTensors as on a cluster). CPU runs use gloo and
+an explicit CPU mesh, GPU runs NCCL. APIs used exist in torch 2.11 and 2.13.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                               SequenceParallel, parallelize_module)
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from tokenmill.train.config import ParallelConfig
+from tokenmill.train.model import Transformer
+
+
+@dataclass(frozen=True)
+class Layout:
+    mesh: DeviceMesh
+    dp_mesh: DeviceMesh  # what FSDP shards over (2-D for HSDP: replicate x shard)
+    tp_mesh: DeviceMesh | None
+    dp_rank: int  # this rank's slice of each global batch
+    dp_size: int
+    tp: int
+
+    def describe(self) -> dict:
+        return {"mesh": dict(zip(self.mesh.mesh_dim_names, self.mesh.shape)), "dp_size": self.dp_size, "tp": self.tp}
+
+
+def build_mesh(device_type: str, par: ParallelConfig, world_size: int | None = None) -> Layout:
+    """dp_replicate x dp_shard x tp over the process group; size-1 dimensions are left out except dp_shard."""
+    world = world_size or dist.get_world_size()
+    shard = par.dp_shard if par.dp_shard != -1 else world // (par.dp_replicate * par.tp)
+    if par.dp_replicate * shard * par.tp != world:
+        raise ValueError(f"train.parallel: dp_replicate {par.dp_replicate} x dp_shard {par.dp_shard} x tp {par.tp} "
+                         f"does not fill {world} processes")
+    dims = ([("dp_replicate", par.dp_replicate)] if par.dp_replicate > 1 else []) + [("dp_shard", shard)]
+    dims += [("tp", par.tp)] if par.tp > 1 else []
+    mesh = init_device_mesh(device_type, tuple(s for _, s in dims), mesh_dim_names=tuple(n for n, _ in dims))
+    if len(dims) == 1:
+        return Layout(mesh, mesh, None, mesh.get_local_rank(), shard, 1)
+    dp_names = tuple(n for n, _ in dims if n != "tp")
+    dp_mesh = mesh[dp_names] if len(dp_names) > 1 else mesh[dp_names[0]]
+    dp_rank = mesh.get_local_rank("dp_shard")
+    if par.dp_replicate > 1:
+        dp_rank += mesh.get_local_rank("dp_replicate") * shard
+    tp_mesh = mesh["tp"] if par.tp > 1 else None
+    return Layout(mesh, dp_mesh, tp_mesh, dp_rank, par.dp_replicate * shard, par.tp)
+
+
+def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
+    """Megatron-style: q/k/v and w1/w3 column-wise, wo and w2 row-wise, norms sequence-parallel (activations
+    between blocks are split along the sequence), the output layer column-wise with vocabulary-sharded logits
+    for loss_parallel (the full logits never exist on one rank)."""
+    parallelize_module(model, tp_mesh, {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+    })
+    for block in model.layers.values():
+        plan = {
+            "attention_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
+                                            desired_input_layouts=(Replicate(), None, None, None)),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+            "feed_forward.w3": ColwiseParallel(),
+        }
+        if block.attention.q_norm is not None:
+            # Per-head norms see only this rank's heads (dim 2 of B, S, H, D): replicated weights whose
+            # gradients are summed over the TP ranks, which a plain parameter would not get.
+            plan["attention.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+            plan["attention.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+        parallelize_module(block, tp_mesh, plan)
+
+
+# Selective activation checkpointing keeps what is expensive to recompute (matmuls, attention) and
+# recomputes the cheap element-wise work (norms, SiLU, RoPE), torchtitan's op-level policy without its
+# every-other-matmul refinement.
+_SAVE = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+         torch.ops.aten._scaled_dot_product_flash_attention.default,
+         torch.ops.aten._scaled_dot_product_efficient_attention.default,
+         torch.ops.aten._scaled_dot_product_cudnn_attention.default}
+
+
+def _selective_policy(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in _SAVE else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _checkpointed(forward, selective: bool):
+    context_fn = functools.partial(create_selective_checkpoint_contexts, _selective_policy) if selective else None
+
+    @functools.wraps(forward)
+    def run(*args):
+        if context_fn is None:
+            return checkpoint(forward, *args, use_reentrant=False)
+        return checkpoint(forward, *args, use_reentrant=False, context_fn=context_fn)
+
+    return run
+
+
+def apply_ac(model: Transformer, mode: str) -> None:
+    """Recompute each block's activations in backward. The block's forward is replaced on the instance
+    rather than wrapping the module, so parameter names (and checkpoints) do not depend on this setting."""
+    if mode == "none":
+        return
+    for block in model.layers.values():
+        block.forward = _checkpointed(block.forward, selective=(mode == "selective"))
+
+
+def apply_compile(model: Transformer) -> None:
+    """torch.compile each block in place (module.compile keeps names); blocks share one compiled graph."""
+    for block in model.layers.values():
+        block.compile(fullgraph=False)
+
+
+def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, param_dtype: torch.dtype, reduce_dtype: torch.dtype) -> None:
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    blocks = list(model.layers.values())
+    for i, block in enumerate(blocks):
+        # The last block's parameters are needed again at once by backward: keep them gathered.
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+
+
+def parallelize(model: Transformer, layout: Layout, par: ParallelConfig, device_type: str) -> None:
+    if layout.tp_mesh is not None:
+        apply_tp(model, layout.tp_mesh)
+    apply_ac(model, par.activation_checkpoint)
+    if par.compile:
+        apply_compile(model)
+    param_dtype = par.param_dtype
+    if param_dtype == "auto":
+        param_dtype = "bfloat16" if device_type == "cuda" else "float32"
+    apply_fsdp(model, layout.dp_mesh, getattr(torch, param_dtype), getattr(torch, par.reduce_dtype))

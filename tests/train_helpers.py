@@ -1,0 +1,119 @@
+"""A small real training corpus for the training tests, built with the project's own code.
+
+Real text from ../shared/data/text (WikiText-2 articles as bucket `reference`, Tiny Shakespeare scenes as
+bucket `books`), a SentencePiece tokenizer trained by tokenmill.tokenizer (vocabulary 512, about a second),
+token shards and index in the tokenize stage's layout, and a plan + held-out split from
+tokenmill.mixture.build_plan with a bulk and an anneal phase. Also: launching torchrun on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED_TEXT = PROJECT_ROOT / ".." / "shared" / "data" / "text"
+VOCAB = 512
+
+
+def shared_text() -> Path:
+    """../shared/data/text; under CI=true a missing data set fails the test instead of skipping it."""
+    if not SHARED_TEXT.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"shared data not found at {SHARED_TEXT} (CI=true: training tests need it)")
+        pytest.skip(f"shared data not found at {SHARED_TEXT}")
+    return SHARED_TEXT.resolve()
+
+
+def _documents(text_dir: Path) -> dict[str, list[str]]:
+    wiki = (text_dir / "wikitext-2" / "valid.txt").read_text(encoding="utf-8")
+    # Articles start with a top-level heading line " = Title = " (sections are " = = ... = = ").
+    articles = [a.strip() for a in re.split(r"\n (?== [^=])", wiki) if len(a.strip()) > 200]
+    shakespeare = (text_dir / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    lines = shakespeare.split("\n")
+    scenes = ["\n".join(lines[i:i + 60]).strip() for i in range(0, len(lines), 60)]
+    return {"reference": articles, "books": [s for s in scenes if s]}
+
+
+def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7) -> Path:
+    """Write root/tokenize (manifest.json, tokens/<bucket>/00000.bin, index) and root/mixture (plan.parquet,
+    heldout.parquet) as the tokenize and mixture stages lay them out; returns root."""
+    from tokenmill import schema
+    from tokenmill.mixture import build_plan, parse_phases
+    from tokenmill.tokenize import INDEX
+    from tokenmill.tokenizer import Tokenizer, train_tokenizer
+
+    docs = _documents(shared_text())
+    tok_dir = root / "tokenizer"
+    train_tokenizer(docs, None, {"vocab_size": VOCAB, "sample_bytes": 1_500_000}, tok_dir)
+    tok = Tokenizer(tok_dir)
+    out = root / "tokenize"
+    rows = []
+    for bucket, texts in sorted(docs.items()):
+        flat, lengths = tok.encode_documents(texts)
+        rel = f"tokens/{bucket}/00000.bin"
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        flat.tofile(out / rel)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        for i, (off, n) in enumerate(zip(offsets, lengths)):
+            rows.append({"doc_id": f"{bucket}-{i:05d}", "source": bucket, "bucket": bucket, "shard": rel,
+                         "offset": int(off), "length": int(n) - 1})
+    schema.write_parquet(rows, INDEX, out / "index" / "00000.parquet")
+    (out / "manifest.json").write_text(json.dumps({"stage": "tokenize", "vocab_size": tok.vocab_size,
+                                                   "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name}))
+    phases = parse_phases({"bulk": {"fraction": 0.75, "weights": {"reference": 0.6, "books": 0.4}},
+                           "anneal": {"fraction": 0.25, "weights": {"reference": 0.8, "books": 0.2}}})
+    result = build_plan(pa.Table.from_pylist(rows, schema=INDEX), phases, token_budget, seed,
+                        max_epochs=4.0, heldout_fraction=0.05)
+    mix = root / "mixture"
+    schema.write_parquet(result["plan"], result["plan"].schema, mix / "plan.parquet")
+    held = result["heldout"].select(["doc_id", "bucket", "shard", "offset", "length"])
+    schema.write_parquet(held, held.schema, mix / "heldout.parquet")
+    return root
+
+
+def tiny_run(**train_overrides) -> dict:
+    """A model small enough for 2 CPU cores (about 90k parameters) with a recipe that learns in tens of steps."""
+    train = {
+        "seq_len": 32, "global_batch": 8, "token_budget": 400_000, "seed": 3, "device": "cpu",
+        "optimizer": {"lr": 3.0e-3, "weight_decay": 0.1},
+        "schedule": {"kind": "wsd", "warmup_steps": 2},
+        "spike": {"min_history": 5, "k_sigma": 6.0},
+        "checkpoint": {"interval": 4, "keep": 2},
+        "logging": {"log_interval": 2, "eval_interval": 4, "eval_sequences": 8},
+    }
+    for key, value in train_overrides.items():
+        if isinstance(value, dict) and isinstance(train.get(key), dict):
+            train[key] = {**train[key], **value}
+        else:
+            train[key] = value
+    model = {"name": "test", "n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 128,
+             "qk_norm": True, "z_loss": 1.0e-4}
+    return {"model": model, "train": train}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, script_args: list[str], env: dict | None = None, timeout: int = 300,
+             check: bool = True) -> subprocess.CompletedProcess:
+    """Run `torchrun --nproc-per-node nproc <args>` with gloo on 127.0.0.1, one thread per rank."""
+    cmd = [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", str(nproc), "--nnodes", "1",
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *script_args]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, cwd=PROJECT_ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"torchrun exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc
