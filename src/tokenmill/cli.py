@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
+
+import duckdb
 
 from tokenmill import lineage
 
@@ -126,38 +130,63 @@ def audit_sql(con, query: str) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    audit = sub.add_parser("audit", help="query the lineage database")
-    audit.add_argument("--db", default=DEFAULT_DB, help=f"lineage database (default {DEFAULT_DB})")
-    what = audit.add_subparsers(dest="what", required=True)
-    what.add_parser("doc", help="a document's source record and every decision").add_argument("key", help="doc_id or url")
-    what.add_parser("stage", help="counts by action and reason").add_argument("name")
-    what.add_parser("verify", help="conservation across all stages; non-zero exit on any violation")
-    what.add_parser("step", help="the documents and token spans of one training step").add_argument("n", type=int)
-    what.add_parser("sql", help="run a read-only SQL query").add_argument("query")
-    args = parser.parse_args(argv)
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        # One line, not argparse's usage block: the user needs the mistake, --help has the rest.
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
+
+def _one_line(exc: BaseException) -> str:
+    return "tokenmill: " + " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def _audit(args) -> int:
     try:
         con = lineage.connect(args.db)
     except FileNotFoundError as exc:
         print(f"tokenmill: {exc}", file=sys.stderr)
         return 2
+    except duckdb.Error as exc:  # not a DuckDB file, or one from an incompatible version
+        print(_one_line(exc), file=sys.stderr)
+        return 2
     with con:
-        if args.what == "doc":
-            return audit_doc(con, args.key)
-        if args.what == "stage":
-            return audit_stage(con, args.name)
-        if args.what == "verify":
-            return audit_verify(con)
-        if args.what == "step":
-            return audit_step(con, args.n)
         try:
+            if args.what == "doc":
+                return audit_doc(con, args.key)
+            if args.what == "stage":
+                return audit_stage(con, args.name)
+            if args.what == "verify":
+                return audit_verify(con)
+            if args.what == "step":
+                return audit_step(con, args.n)
             return audit_sql(con, args.query)
-        except Exception as exc:  # a bad query is the auditor's typo, not a crash
-            print(f"tokenmill: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        except duckdb.Error as exc:  # a bad query, a refused one, or a database from an older version
+            print(_one_line(exc), file=sys.stderr)
             return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="tokenmill", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    audit = sub.add_parser("audit", help="query the lineage database")
+    audit.add_argument("--db", default=DEFAULT_DB, help=f"lineage database (default {DEFAULT_DB})")
+    what = audit.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    what.add_parser("doc", help="a document's source record and every decision").add_argument("key", help="doc_id or url")
+    what.add_parser("stage", help="counts by action and reason").add_argument("name")
+    what.add_parser("verify", help="conservation across all stages; non-zero exit on any violation")
+    what.add_parser("step", help="the documents and token spans of one training step").add_argument("n", type=int)
+    what.add_parser("sql", help="run a read-only SQL query (files, extensions and settings are out of reach)"
+                    ).add_argument("query")
+    args = parser.parse_args(argv)
+    try:
+        code = _audit(args)
+        sys.stdout.flush()  # a closed pipe shows up here at the latest, while it can still be handled
+        return code
+    except BrokenPipeError:
+        # `tokenmill audit ... | head`: the reader has what it wanted. Point stdout at /dev/null so that the
+        # interpreter's final flush does not raise again, and exit as a process ended by SIGPIPE would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

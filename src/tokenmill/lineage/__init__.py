@@ -243,11 +243,7 @@ def run_lineage(sources_cfg: dict, data_root: str | Path, out_dir: str | Path, l
     return {"manifest": run.manifest, "problems": problems, "planted_wrong": run.manifest.get("planted_wrong", [])}
 
 
-def connect(db: str | Path = Path("lineage") / DB_NAME) -> duckdb.DuckDBPyConnection:
-    """Read-only connection for auditors; a query can never change the lineage."""
-    if not Path(db).exists():
-        raise FileNotFoundError(f"no lineage database at {db}: run `dvc repro lineage` first")
-    return duckdb.connect(str(db), read_only=True)
+from tokenmill.lineage.connect import connect  # noqa: E402  (read-only, sealed: see connect.py)
 
 
 def step_spans(con: duckdb.DuckDBPyConnection, step: int) -> tuple[int, list[tuple]]:

@@ -1,0 +1,56 @@
+"""The auditors' connection to lineage.duckdb: it can read the lineage and nothing else.
+
+Opening the file read-only stops DROP and INSERT, but not SQL that reaches outside the database: `COPY ... TO`
+overwrote the lineage file itself, `ATTACH ... (READ_WRITE)` wrote another database, `read_csv('/etc/passwd')`
+and `glob('/etc/*')` read the machine, `INSTALL` fetched code. So the connection also turns external access
+off (files, extensions, Python objects) and locks its configuration, so no query can turn it back on:
+tests/test_reliability.py tries each of those and checks the database file is byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import duckdb
+import pyarrow as pa
+
+from tokenmill.lineage import DB_NAME  # defined before tokenmill.lineage imports this module
+
+# Set when the connection opens: no extension is installed or loaded behind a query's back.
+_OPEN_CONFIG = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+}
+
+
+def connect(db: str | Path = Path("lineage") / DB_NAME,
+            extra: Mapping[str, pa.Table] | None = None) -> duckdb.DuckDBPyConnection:
+    """Open `db` read-only, sealed from the file system, for audit queries.
+
+    Every table in `extra` (e.g. the stage run records, which live outside the database) is copied in as a
+    TEMP table first: once external access is off, not even a Python object can be scanned. Writes can only
+    reach TEMP tables and the connection's own in-memory scratch database, never a file.
+    """
+    if not Path(db).is_file():
+        raise FileNotFoundError(f"no lineage database at {db}: run `dvc repro lineage` first")
+    # A fresh in-memory instance with the file attached read-only, rather than duckdb.connect(db): DuckDB
+    # shares one instance per file within a process, so a second connect() would find the first one's
+    # locked configuration and could not add its own TEMP tables.
+    con = duckdb.connect(":memory:", config=dict(_OPEN_CONFIG))
+    try:
+        con.execute("ATTACH ? AS lineage (READ_ONLY)", [str(Path(db).resolve())])
+        con.execute("USE lineage")
+        for name, table in (extra or {}).items():
+            view = f"__extra_{name}"
+            con.register(view, table)
+            con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{view}"')
+            con.unregister(view)
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")  # last: from here on no SET or PRAGMA changes anything
+    except BaseException:
+        con.close()
+        raise
+    return con
