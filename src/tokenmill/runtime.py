@@ -57,20 +57,70 @@ def load_params(*keys: str, path: str | Path = "params.yaml") -> dict:
     return out
 
 
-def merge_params(stage: str, defaults: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict:
-    """`params` over `defaults`, descending into dict-valued defaults one level.
+class ParamError(ValueError):
+    """A parameter value of the wrong type; the message is one line naming the parameter and what it expects."""
+
+
+_EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+             dict: "a mapping"}
+
+
+def _typed(name: str, value: Any, expected: type) -> Any:
+    """`value` if it is of the `expected` type (int is a float, bool is not an int), else ParamError."""
+    if expected is float and isinstance(value, str):
+        # YAML 1.1 (PyYAML) reads 1e-3 as a string; Hydra and users mean the number.
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    ok = {bool: lambda v: isinstance(v, bool),
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          list: lambda v: isinstance(v, (list, tuple)),
+          dict: lambda v: isinstance(v, Mapping)}.get(expected, lambda v: isinstance(v, expected))(value)
+    if not ok:
+        raise ParamError(f"{name}: expected {_EXPECTED.get(expected, expected.__name__)}, got {value!r}")
+    return list(value) if expected is list else value
+
+
+def _validate(name: str, value: Any, default: Any, types: Mapping[str, type]) -> Any:
+    """Check `value` against the type of `default` (or types[name] where the default is None)."""
+    if default is None:
+        expected = types.get(name)
+        return value if expected is None or value is None else _typed(name, value, expected)
+    if isinstance(default, dict):
+        return _typed(name, value, dict)
+    value = _typed(name, value, type(default) if type(default) in _EXPECTED else object)
+    if isinstance(default, (list, tuple)) and default:
+        kinds = {type(v) for v in default}
+        if len(kinds) == 1 and (kind := kinds.pop()) in (str, int, float, bool):
+            value = [_typed(f"{name}[{i}]", v, kind) for i, v in enumerate(value)]
+    return value
+
+
+def merge_params(stage: str, defaults: Mapping[str, Any], params: Mapping[str, Any] | None,
+                 types: Mapping[str, type] | None = None) -> dict:
+    """`params` over `defaults`, descending into dict-valued defaults one level, every value type-checked.
 
     An unknown key is an error naming it: a misspelt threshold must never leave the default silently in force.
+    A value must have its default's type (an int is accepted for a float; a bool is not an int); keys whose
+    default is None take their type from `types`, keyed by dotted name below the stage ("near.bands": int).
+    So `filter.language.min_score=abc` stops the stage before any work with "filter.language.min_score:
+    expected a number, got 'abc'" instead of a TypeError deep inside a worker.
     """
+    types = {f"{stage}.{k}": t for k, t in (types or {}).items()}
     out = copy.deepcopy(dict(defaults))
     for key, value in (params or {}).items():
         if key not in out:
             raise ValueError(f"{stage}: unknown parameter {key!r} (known: {', '.join(sorted(out))})")
-        if isinstance(out[key], dict) and isinstance(value, Mapping):
+        value = _validate(f"{stage}.{key}", value, out[key], types)
+        if isinstance(out[key], dict):
             unknown = set(value) - set(out[key])
             if unknown and out[key]:
                 raise ValueError(f"{stage}.{key}: unknown parameters {sorted(unknown)} (known: {sorted(out[key])})")
-            out[key].update(copy.deepcopy(dict(value)))
+            for sub, v in value.items():  # a dict default of {} takes any keys, unchecked
+                out[key][sub] = copy.deepcopy(_validate(f"{stage}.{key}.{sub}", v, out[key][sub], types)
+                                              if sub in out[key] else v)
         else:
             out[key] = copy.deepcopy(value)
     return out

@@ -68,7 +68,7 @@ SIG_ROWS = 4096  # documents per sketch batch
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return merge_params("dedup", DEFAULTS, params)
+    return merge_params("dedup", DEFAULTS, params, types={"near.bands": int, "near.rows": int})
 
 
 def lsh_shape(near: Mapping[str, Any]) -> tuple[int, int]:

@@ -48,7 +48,7 @@ def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     """params over DEFAULTS (unknown groups and keys raise); bucket switches must name known groups."""
     params = dict(params or {})
     buckets = params.pop("buckets", None) or {}
-    out = merge_params("filter", DEFAULTS, params)
+    out = merge_params("filter", DEFAULTS, params, types={"licences.allow": list, "language.model": str})
     out["buckets"] = {}
     for bucket, switches in buckets.items():
         bad = set(switches or {}) - set(GROUPS)
