@@ -117,3 +117,39 @@ def torchrun(nproc: int, script_args: list[str], env: dict | None = None, timeou
     if check and proc.returncode != 0:
         raise AssertionError(f"torchrun exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def probe_main(config_path: str, corpus: str, out_dir: str, grads_path: str) -> None:
+    """Under torchrun (or alone): the full gradients and global loss of step 0's batch, saved by rank 0 to
+    grads_path, then the whole run with train() in the same process group (its outputs in out_dir)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from tokenmill.train.config import parse_run
+    from tokenmill.train.data import PlanStream
+    from tokenmill.train.loop import Trainer, _world_mean, init_distributed, train
+
+    run_cfg = json.loads(Path(config_path).read_text())
+    device, created = init_distributed("cpu")
+    stream = PlanStream(Path(corpus) / "tokenize", Path(corpus) / "mixture")
+    trainer = Trainer(parse_run(run_cfg), stream, device)
+    batch = trainer.loader.batch(0)
+    loss = float(_world_mean(trainer.forward_backward(batch.inputs, batch.targets)))
+    grads = {}
+    for name, p in trainer.model.named_parameters():
+        g = p.grad
+        grads[name] = (g.full_tensor() if isinstance(g, DTensor) else g).detach().clone()
+    if dist.get_rank() == 0:
+        torch.save({"loss": loss, "grads": grads, "layout": trainer.layout.describe()}, grads_path)
+    del trainer
+    train(run_cfg, corpus, out_dir, None)
+    if created:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "probe":
+        probe_main(*sys.argv[2:6])
+    else:
+        raise SystemExit(f"unknown command {sys.argv[1]!r}")

@@ -293,24 +293,28 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
 
 
 def train(run_cfg: Mapping, data_root: str | Path, out_dir: str | Path, live_dir: str | Path | None,
-          tokens_dir: str | Path | None = None, plan_dir: str | Path | None = None) -> dict:
+          tokens_dir: str | Path | None = None, plan_dir: str | Path | None = None,
+          stop_after: int | None = None) -> dict:
     """Train (or resume) the run described by {"model": ..., "train": ...} on data_root's plan.
 
     tokens_dir and plan_dir default to data_root/tokenize and data_root/mixture. Returns the summary
     (also written to out_dir/summary.json without "timing"). Resumes from out_dir/checkpoints when a
     complete checkpoint is there, whatever the layout it was written under.
+    stop_after: leave after this many steps with a checkpoint and without final outputs, as a job that
+    reaches its time limit would; the next call resumes there. The schedule still spans the whole run.
     """
     cfg = parse_run(run_cfg)
     device, created = init_distributed(cfg.train.device)
     try:
         stream = PlanStream(tokens_dir or Path(data_root) / "tokenize", plan_dir or Path(data_root) / "mixture")
-        return _run(cfg, stream, device, Path(out_dir), Path(live_dir) if live_dir else None)
+        return _run(cfg, stream, device, Path(out_dir), Path(live_dir) if live_dir else None, stop_after)
     finally:
         if created:
             dist.destroy_process_group()
 
 
-def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path, live_dir: Path | None) -> dict:
+def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path, live_dir: Path | None,
+         stop_after: int | None) -> dict:
     t = cfg.train
     rank = dist.get_rank()
     size = model_size(cfg.model, stream.vocab_size, t.seq_len)
@@ -419,9 +423,14 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             interval_start, interval_tokens = time.perf_counter(), 0
         if (step + 1) % t.logging.eval_interval == 0 or last:
             evaluate(step + 1)
-        if (step + 1) % t.checkpoint.interval == 0 or last:
+        stop = stop_after is not None and step + 1 >= stop_after and not last
+        if (step + 1) % t.checkpoint.interval == 0 or last or stop:
             state["rng"] = _rng_state()
             ckpt.save(step + 1, trainer.model, trainer.optimizer, state)
+        if stop:
+            if live is not None:
+                live.end()
+            return {"stopped_at": step + 1, "steps": total_steps}
         if (step + 1) % t.logging.eval_interval == 0 or (step + 1) % t.checkpoint.interval == 0 or last:
             interval_start = time.perf_counter()  # evaluation and checkpoint time is not training throughput
 

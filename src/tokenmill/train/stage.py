@@ -1,0 +1,147 @@
+"""The training stages (`scout@<name>`, `pretrain`): launch train() through torchrun, resumably.
+
+A training stage cannot use runtime.StageRun's write-to-temporary-then-rename: its checkpoints must survive
+a crash so the next `dvc repro` resumes (dvc.yaml marks the output `persist: true`), and its processes are
+torchrun's ranks. So:
+- the output directory is the run directory itself, stamped with a run key (the hash of the resolved
+  configuration and of the plan's and the token shards' content digests). A directory stamped with another
+  key belongs to another run (a changed learning rate, a new plan) and is cleared first; one with the same key
+  is resumed from its newest complete checkpoint (tokenmill.train.checkpoint).
+- train() writes every file of the run (rank 0 the tables and final weights, all ranks the checkpoints);
+  when torchrun returns, this process writes the content manifest (a digest of the run's deterministic
+  files, checkpoints left out) and the run record, as StageRun does for the other stages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping
+
+from tokenmill.runtime import (
+    input_id,
+    library_versions,
+    code_files,
+    code_version,
+    run_id,
+    sha1_file,
+    write_json,
+)
+from tokenmill.train.config import TrainConfigError, parse_run
+
+# Files of a finished run that are a function of configuration and data alone (contract 5). Checkpoints
+# are not among them: they exist to resume, and DCP's metadata is not promised to be byte-stable.
+CONTENT = ("steps.parquet", "spikes.parquet", "heldout.parquet", "summary.json", "final")
+RUN_KEY = "run_key.json"
+
+
+class LaunchError(RuntimeError):
+    """torchrun failed; the message names the run and where its log is."""
+
+
+def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
+    """A rung of the scout ladder ({model: {...}, token_budget: N}) with the full run's recipe (train)."""
+    if not isinstance(scout, Mapping) or set(scout) != {"model", "token_budget"}:
+        got = sorted(scout) if isinstance(scout, Mapping) else type(scout).__name__
+        raise TrainConfigError(f"a scout needs exactly the keys model and token_budget, got {got}")
+    if not isinstance(scout["token_budget"], int) or isinstance(scout["token_budget"], bool):
+        raise TrainConfigError(f"scouts.*.token_budget: expected an integer, got {scout['token_budget']!r}")
+    return {"model": dict(scout["model"]), "train": {**dict(train_cfg), "token_budget": scout["token_budget"]}}
+
+
+def run_key(run_cfg: Mapping, inputs: Mapping[str, str]) -> str:
+    blob = json.dumps({"config": run_cfg, "inputs": dict(sorted(inputs.items()))}, sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def content_digest(out_dir: Path) -> str:
+    h = hashlib.sha1()
+    for name in CONTENT:
+        path = out_dir / name
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for p in files:
+            if p.exists():
+                h.update(f"{p.relative_to(out_dir)}\x00{sha1_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def torchrun_command(run_cfg: Mapping, config_file: Path, data_root: Path, out_dir: Path, live_dir: Path,
+                     plan_dir: Path, tokens_dir: Path) -> list[str]:
+    """One node: `torchrun --standalone`. Several: every node runs this same command with
+    TOKENMILL_RDZV_ENDPOINT=<head-host>:<port> set (docs/training.md shows the Slurm script)."""
+    launch = run_cfg["train"].get("launch") or {}
+    nnodes, nproc = int(launch.get("nnodes", 1)), int(launch.get("nproc_per_node", 1))
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+    if nnodes == 1:
+        cmd.append("--standalone")
+    else:
+        endpoint = os.environ.get("TOKENMILL_RDZV_ENDPOINT")
+        if not endpoint:
+            raise LaunchError(f"train.launch.nnodes is {nnodes}: set TOKENMILL_RDZV_ENDPOINT=<head-host>:<port> "
+                              f"on every node (docs/training.md)")
+        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                f"--rdzv-id={config_file.parent.name}"]
+    return cmd + ["-m", "tokenmill.train", "--config", str(config_file), "--data-root", str(data_root),
+                  "--out", str(out_dir), "--live", str(live_dir), "--plan", str(plan_dir),
+                  "--tokens", str(tokens_dir)]
+
+
+def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_stage: str, token_stage: str,
+                    out_dir: str | Path, live_dir: str | Path, metrics_path: str | Path,
+                    runs_dir: str | Path = "runs") -> dict:
+    """Train (or resume) one run; returns its summary. Errors in the configuration stop it before launch."""
+    started = time.perf_counter()
+    parse_run(run_cfg)  # one line naming the key, before any process starts
+    data_root, out_dir, live_dir = Path(data_root), Path(out_dir), Path(live_dir)
+    plan_dir, tokens_dir = data_root / plan_stage, data_root / token_stage
+    inputs = {plan_stage: input_id(plan_dir), token_stage: input_id(tokens_dir)}
+    key = run_key(run_cfg, inputs)
+
+    stamp = out_dir / RUN_KEY
+    if out_dir.exists() and (not stamp.exists() or json.loads(stamp.read_text())["run_key"] != key):
+        shutil.rmtree(out_dir)  # another run's checkpoints: never resume across configurations or data
+        shutil.rmtree(live_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(stamp, {"run_key": key, "config": run_cfg, "inputs": inputs})
+    config_file = out_dir / "run_config.json"
+    write_json(config_file, run_cfg)
+
+    log = Path(runs_dir) / f"{stage}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = torchrun_command(run_cfg, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-5:]
+        errors = [line for line in tail if line.startswith("train:")] or tail[-1:]
+        raise LaunchError(f"{stage}: training failed (exit {proc.returncode}): "
+                          f"{errors[-1] if errors else 'no output'} (full log: {log})")
+
+    summary = json.loads((out_dir / "summary.json").read_text())
+    digest = content_digest(out_dir)
+    write_json(out_dir / "manifest.json", {"stage": stage, "input_stage": plan_stage, "run_key": key,
+                                           "digest": digest, "summary": summary})
+    metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
+                                            "heldout_loss", "skipped_steps") if k in summary}
+    write_json(metrics_path, metrics)
+
+    live_metrics = live_dir / "metrics.json"
+    files = code_files()
+    versions = library_versions(("torch", "numpy", "safetensors", "dvclive"))
+    code = code_version(files)
+    write_json(Path(runs_dir) / f"{stage}.json", {
+        "stage": stage, "run_id": run_id(run_cfg, inputs, code, versions), "input_stage": plan_stage,
+        "params": run_cfg, "inputs": inputs, "code_version": code, "versions": versions, "digest": digest,
+        "counts": {}, "seconds": round(time.perf_counter() - started, 3),
+        "timing": json.loads(live_metrics.read_text()).get("perf", {}) if live_metrics.exists() else {},
+        "argv": sys.argv, "command": cmd, "log": str(log),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })
+    return summary

@@ -1,0 +1,319 @@
+"""Training library in one process: configuration, sizes and FLOPs, MFU, the model, the plan-stream loader,
+the schedule, the spike guard on an injected corrupted batch, and held-out loss falling on real text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tokenmill.train.config import TrainConfigError, model_size, parse_model, parse_run
+from tokenmill.train.metrics import mfu, peak_flops
+from train_helpers import build_corpus, tiny_run
+
+HAND_MODEL = {"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 128}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return build_corpus(tmp_path_factory.mktemp("train_corpus"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Configuration, sizes, FLOPs, MFU
+
+
+def test_model_size_and_flops_by_hand():
+    # Per layer: q 64x64 + k 64x32 + v 64x32 + o 64x64 = 12288; SwiGLU 3 x 64 x 128 = 24576 -> 36864.
+    # Two layers 73728 + output 100 x 64 = 80128 matmul parameters. Embedding 6400. Norms 2 x (2 x 64) + 64.
+    size = model_size(HAND_MODEL, vocab_size=100, seq_len=32)
+    assert size["matmul_params"] == 80128
+    assert size["embedding_params"] == 6400
+    assert size["params"] == 80128 + 6400 + 320
+    # 6 x 80128 + 12 x 2 layers x 64 x 32 = 480768 + 49152; causal halves the attention term.
+    assert size["flops_per_token"] == 529920
+    assert size["flops_per_token_causal"] == 480768 + 24576
+
+
+@pytest.mark.parametrize("extra", [{}, {"tie_embeddings": True, "qk_norm": True}, {"ffn_dim": None}])
+def test_model_size_counts_the_parameters_the_model_has(extra):
+    from tokenmill.train.model import Transformer
+
+    cfg = parse_model({**HAND_MODEL, **extra})
+    model = Transformer(cfg, 100, 32)
+    assert sum(p.numel() for p in model.parameters()) == model_size(cfg, 100)["params"]
+
+
+def test_mfu_by_hand():
+    # The 0.86B reference shape of NOTES.md: 16 layers, d 2048, 32 heads, 8 KV heads, FFN 5632, vocab 32768.
+    cfg = {"n_layers": 16, "d_model": 2048, "n_heads": 32, "n_kv_heads": 8, "ffn_dim": 5632}
+    size = model_size(cfg, 32768, seq_len=4096)
+    per_layer = 2048 * 2048 * 2 + 2 * 2048 * 512 + 3 * 2048 * 5632  # q, o; k, v (8 x 64 = 512); FFN
+    assert size["matmul_params"] == 16 * per_layer + 32768 * 2048 == 805_306_368
+    assert size["flops_per_token"] == 6 * 805_306_368 + 12 * 16 * 2048 * 4096 == 6_442_450_944
+    peak = peak_flops("NVIDIA H100 80GB HBM3")
+    assert peak == 989e12
+    # 84.1k tokens/s on one H100 is 54.8% MFU by this count (NOTES.md quotes 54.0% for its own count).
+    assert mfu(84_100, size["flops_per_token"], 1, peak) == pytest.approx(84_100 * 6_442_450_944 / 989e12)
+    assert mfu(84_100, size["flops_per_token"], 1, peak) == pytest.approx(0.5478, abs=1e-4)
+    assert mfu(84_100, size["flops_per_token"], 8, peak) == pytest.approx(0.5478 / 8, abs=1e-5)
+    assert peak_flops("cpu") is None and mfu(1000.0, 1.0, 1, None) is None
+    assert peak_flops("cpu", override=1e12) == 1e12
+
+
+def test_config_errors_name_the_key():
+    base = tiny_run()
+    with pytest.raises(TrainConfigError, match=r"train\.optimizer\.lrr"):
+        parse_run({**base, "train": {**base["train"], "optimizer": {"lrr": 1.0}}})
+    with pytest.raises(TrainConfigError, match=r"model\.n_layers"):
+        parse_run({**base, "model": {**base["model"], "n_layers": "2"}})
+    with pytest.raises(TrainConfigError, match=r"train\.schedule\.kind"):
+        parse_run({**base, "train": {**base["train"], "schedule": {"kind": "linear"}}})
+    with pytest.raises(TrainConfigError, match="tp"):
+        parse_run({**base, "train": {**base["train"], "parallel": {"tp": 3}}})
+    with pytest.raises(TrainConfigError, match="sections model and train"):
+        parse_run({"model": base["model"]})
+    with pytest.raises(TrainConfigError, match="must be divisible by n_kv_heads"):
+        parse_model({**HAND_MODEL, "n_kv_heads": 3})
+
+
+def test_presets_parse():
+    """Every conf/model and conf/scale preset is a valid configuration (the scale sets train keys)."""
+    import yaml
+
+    from tokenmill.train.config import parse_train
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    train_default = yaml.safe_load((conf / "train" / "default.yaml").read_text())
+    for path in sorted((conf / "model").glob("*.yaml")):
+        parse_model(yaml.safe_load(path.read_text()))
+    for path in sorted((conf / "scale").glob("*.yaml")):
+        scale = yaml.safe_load(path.read_text())
+        merged = json.loads(json.dumps(train_default))
+        for key, value in scale["train"].items():
+            merged[key] = {**merged[key], **value} if isinstance(value, dict) else value
+        model_name = scale["defaults"][0]["/model"]
+        run = parse_run({"model": yaml.safe_load((conf / "model" / f"{model_name}.yaml").read_text()),
+                         "train": merged})
+        assert parse_train(merged).launch.nnodes >= 1 and run.train.tokens_per_step > 0, path.name
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model
+
+
+def test_document_mask_isolates_documents():
+    """With document masking a document's logits do not depend on what came before its end-of-text."""
+    from tokenmill.train.model import Transformer
+
+    cfg = parse_model({**HAND_MODEL, "document_mask": True})
+    model = Transformer(cfg, 100, 32, eos_id=2)
+    model.init_weights(0)
+    doc = torch.randint(3, 100, (1, 12))
+    a = torch.cat([torch.randint(3, 100, (1, 7)), torch.tensor([[2]]), doc], dim=1)
+    b = torch.cat([torch.randint(3, 100, (1, 4)), torch.tensor([[2]]), doc], dim=1)
+    torch.testing.assert_close(model(a)[:, -12:], model(b)[:, -12:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model(a)[:, -12:], model(doc), rtol=1e-5, atol=1e-5)
+    plain = Transformer(parse_model(HAND_MODEL), 100, 32)
+    plain.init_weights(0)
+    assert not torch.allclose(plain(a)[:, -12:], plain(b)[:, -12:], atol=1e-3)  # without it they mix
+
+
+def test_init_is_deterministic_from_the_seed():
+    from tokenmill.train.model import Transformer
+
+    cfg = parse_model(HAND_MODEL)
+    m1, m2, m3 = (Transformer(cfg, 100, 32) for _ in range(3))
+    m1.init_weights(5), m2.init_weights(5), m3.init_weights(6)
+    for (n, p1), p2, p3 in zip(m1.named_parameters(), m2.parameters(), m3.parameters()):
+        assert torch.equal(p1, p2), n
+        assert n.endswith("norm.weight") or not torch.equal(p1, p3), n
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data
+
+
+def _stream_from_plan(corpus: Path) -> np.ndarray:
+    """The training stream straight from the contract: each plan row's tokens, then end-of-text."""
+    manifest = json.loads((corpus / "tokenize" / "manifest.json").read_text())
+    plan = pq.read_table(corpus / "mixture" / "plan.parquet").sort_by("position").to_pylist()
+    parts = []
+    for row in plan:
+        tokens = np.fromfile(corpus / "tokenize" / row["shard"], dtype=manifest["dtype"])
+        parts += [tokens[row["offset"]:row["offset"] + row["length"]].astype(np.uint32),
+                  np.array([manifest["eos_id"]], dtype=np.uint32)]
+    return np.concatenate(parts)
+
+
+def test_loader_batches_follow_the_stream_contract(corpus):
+    from tokenmill.train.data import BatchLoader, PlanStream, tokens_hash
+
+    stream = PlanStream(corpus / "tokenize", corpus / "mixture")
+    flat = _stream_from_plan(corpus)
+    assert stream.total_tokens == len(flat)
+    L, B = 32, 8
+    full = BatchLoader(stream, L, B)
+    ranks = [BatchLoader(stream, L, B, dp_rank=r, dp_size=4) for r in range(4)]
+    for step in (0, 1, 37, full.steps_available - 1):
+        want = flat[step * L * B:(step + 1) * L * B + 1]
+        batch = full.batch(step)
+        np.testing.assert_array_equal(batch.inputs.ravel(), want[:-1])
+        np.testing.assert_array_equal(batch.targets[:, :-1], batch.inputs[:, 1:])  # targets: shifted by one
+        np.testing.assert_array_equal(batch.targets[:, -1], want[L::L])
+        expected_hash = hashlib.blake2b(want[:-1].astype("<u4").tobytes(), digest_size=16).hexdigest()
+        assert batch.tokens_hash == tokens_hash(want[:-1]) == expected_hash
+        # Rank r of 4 holds sequences 2r, 2r + 1 of the step, and every rank records the step's hash.
+        parts = [r.batch(step) for r in ranks]
+        np.testing.assert_array_equal(np.concatenate([p.inputs for p in parts]), batch.inputs)
+        np.testing.assert_array_equal(np.concatenate([p.targets for p in parts]), batch.targets)
+        assert {p.tokens_hash for p in parts} == {batch.tokens_hash}
+    with pytest.raises(ValueError, match="past the plan"):
+        full.batch(full.steps_available)
+
+
+def test_loader_names_a_missing_shard(corpus, tmp_path):
+    import shutil
+
+    from tokenmill.train.data import BatchLoader, DataError, PlanStream
+
+    shutil.copytree(corpus / "mixture", tmp_path / "mixture")
+    shutil.copytree(corpus / "tokenize", tmp_path / "tokenize")
+    (tmp_path / "tokenize" / "tokens" / "books" / "00000.bin").unlink()
+    loader = BatchLoader(PlanStream(tmp_path / "tokenize", tmp_path / "mixture"), 32, 8)
+    with pytest.raises(DataError, match=r"tokens/books/00000\.bin"):
+        for step in range(10):
+            loader.batch(step)
+    with pytest.raises(DataError, match="no plan"):
+        PlanStream(tmp_path / "tokenize", tmp_path / "nowhere")
+
+
+def test_heldout_sequences_come_from_heldout_documents_only(corpus):
+    from tokenmill.train.data import heldout_sequences, read_token_manifest
+
+    m = read_token_manifest(corpus / "tokenize")
+    seqs = heldout_sequences(corpus / "tokenize", corpus / "mixture", 32, 8, m["eos_id"], m["dtype"])
+    assert sorted(seqs) == ["books", "reference"]
+    held = pq.read_table(corpus / "mixture" / "heldout.parquet").to_pylist()
+    for bucket, arr in seqs.items():
+        assert arr.shape == (8, 33)
+        docs = sorted((r for r in held if r["bucket"] == bucket), key=lambda r: r["doc_id"])
+        tokens = np.fromfile(corpus / "tokenize" / docs[0]["shard"], dtype=m["dtype"])
+        first = tokens[docs[0]["offset"]:docs[0]["offset"] + docs[0]["length"]]
+        np.testing.assert_array_equal(arr[0], first[:33])  # documents longer than a window here
+    planned = set(pq.read_table(corpus / "mixture" / "plan.parquet").column("doc_id").to_pylist())
+    assert planned.isdisjoint(r["doc_id"] for r in held)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Schedule and spike guard
+
+
+def test_wsd_decays_over_the_anneal_phase_and_cosine_ends_on_the_floor():
+    from tokenmill.train.config import ScheduleConfig
+    from tokenmill.train.schedule import make_schedule
+
+    wsd = make_schedule(ScheduleConfig(kind="wsd", warmup_steps=10, min_lr_ratio=0.1), 1.0, 100, 80)
+    assert [round(wsd.lr(s), 6) for s in (0, 9, 10, 79, 80)] == [0.1, 1.0, 1.0, 1.0, 1.0]
+    assert wsd.lr(99) == pytest.approx(0.1) and wsd.lr(90) == pytest.approx(1 - 0.9 * 10 / 19)
+    # No anneal phase inside the run (a scout): the last decay_fraction of its steps.
+    short = make_schedule(ScheduleConfig(kind="wsd", warmup_steps=2, decay_fraction=0.2), 1.0, 50, 80)
+    assert short.decay_start == 40 and short.lr(49) == pytest.approx(0.1)
+    cos = make_schedule(ScheduleConfig(kind="cosine", warmup_steps=10, min_lr_ratio=0.1), 2.0, 100, 80)
+    assert cos.lr(10) == pytest.approx(2.0) and cos.lr(99) == pytest.approx(0.2)
+    assert cos.lr(10 + 89 // 2) == pytest.approx(1.1, abs=0.02)
+    lrs = [cos.lr(s) for s in range(10, 100)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_spike_verdict():
+    from tokenmill.train.loop import spike_verdict
+
+    losses, norms = [3.0 + 0.01 * (i % 3) for i in range(20)], [1.0 + 0.02 * (i % 2) for i in range(20)]
+    assert spike_verdict(3.02, 1.01, losses, norms, 6.0, 10) is None
+    assert spike_verdict(2.0, 1.0, losses, norms, 6.0, 10) is None  # falling fast is fine
+    assert spike_verdict(4.5, 1.0, losses, norms, 6.0, 10) == "loss_spike"
+    assert spike_verdict(3.0, 5.0, losses, norms, 6.0, 10) == "grad_norm_spike"
+    assert spike_verdict(float("nan"), 1.0, losses, norms, 6.0, 10) == "nonfinite"
+    assert spike_verdict(3.0, float("inf"), [], [], 6.0, 10) == "nonfinite"
+    assert spike_verdict(9.0, 9.0, losses[:5], norms[:5], 6.0, 10) is None  # too little history
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Whole runs in this process
+
+
+def _run(corpus: Path, out: Path, monkeypatch, fault: str = "", **over) -> dict:
+    from tokenmill.train.loop import train
+
+    monkeypatch.setenv("TOKENMILL_FAULT", fault)
+    return train(tiny_run(**over), corpus, out, out / "live")
+
+
+def test_corrupted_batch_fires_the_spike_guard(corpus, tmp_path, monkeypatch):
+    """Step 20's tokens replaced by random ids: the update is skipped and the step's documents recorded."""
+    from tokenmill.train.data import BatchLoader, PlanStream
+
+    summary = _run(corpus, tmp_path / "run", monkeypatch, fault="corrupt_step=20", max_steps=24,
+                   checkpoint={"interval": 100})
+    spikes = pq.read_table(tmp_path / "run" / "spikes.parquet").to_pylist()
+    assert [s["step"] for s in spikes] == [20]
+    assert spikes[0]["reason"] in ("loss_spike", "grad_norm_spike")
+    assert spikes[0]["loss"] > spikes[0]["window_mean_loss"] + 0.5
+    loader = BatchLoader(PlanStream(corpus / "tokenize", corpus / "mixture"), 32, 8)
+    assert spikes[0]["doc_ids"] == loader.doc_ids(20) and len(spikes[0]["doc_ids"]) >= 1
+    plan = pq.read_table(corpus / "mixture" / "plan.parquet").to_pylist()
+    lo, hi = 20 * 256, 21 * 256 + 1
+    assert set(spikes[0]["doc_ids"]) == {r["doc_id"] for r in plan
+                                         if r["stream_start"] < hi and r["stream_start"] + r["length"] + 1 > lo}
+    steps = pq.read_table(tmp_path / "run" / "steps.parquet").to_pylist()
+    assert [s["step"] for s in steps if s["skipped"]] == [20]
+    assert steps[20]["skip_reason"] == spikes[0]["reason"]
+    # The fed tokens were not the plan's: the recorded hash says so.
+    assert steps[20]["tokens_hash"] != loader.batch(20).tokens_hash
+    assert steps[19]["tokens_hash"] == loader.batch(19).tokens_hash
+    assert summary["skipped_steps"] == 1
+
+
+def test_heldout_loss_falls_and_audit_step_tokens_match_the_fed_hash(corpus, tmp_path, monkeypatch):
+    summary = _run(corpus, tmp_path / "run", monkeypatch, max_steps=48, logging={"eval_interval": 16})
+    for bucket, start in summary["initial_heldout_loss"].items():
+        assert start == pytest.approx(math.log(512), abs=0.3)  # a fresh model is near uniform
+        assert summary["heldout_loss"][bucket] < start - 1.0, bucket
+    held = pq.read_table(tmp_path / "run" / "heldout.parquet").to_pylist()
+    assert sorted({h["step"] for h in held}) == [0, 16, 32, 48]
+    out = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert "timing" not in out and out["steps"] == 48 and out["tokens"] == 48 * 256
+    assert summary["timing"]["tokens_per_second"] > 0
+    metrics = json.loads((tmp_path / "run" / "live" / "metrics.json").read_text())
+    assert {"loss", "grad_norm", "lr"} <= set(metrics["train"]) and "books" in metrics["heldout"]
+
+    # `tokenmill audit step N` over the same plan: rebuild each step's tokens from its spans, hash, compare.
+    from tokenmill.lineage import step_spans
+
+    manifest = json.loads((corpus / "tokenize" / "manifest.json").read_text())
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE plan AS SELECT * FROM read_parquet('{corpus / 'mixture' / 'plan.parquet'}')")
+    con.execute("CREATE TABLE stages (manifest VARCHAR)")
+    con.execute("INSERT INTO stages VALUES (?)", [json.dumps({"tokens_per_step": 256})])
+    steps = pq.read_table(tmp_path / "run" / "steps.parquet").to_pylist()
+    lengths = dict(con.execute("SELECT position, length FROM plan").fetchall())
+    for step in (0, 7, 47):
+        _, rows = step_spans(con, step)
+        parts = []
+        for position, _phase, _bucket, _doc, _epoch, shard, offset, first, end in rows:
+            doc = np.fromfile(corpus / "tokenize" / shard, dtype=manifest["dtype"])
+            n = lengths[position]
+            parts.append(doc[offset + first:offset + min(end, n)].astype("<u4"))
+            if end == n + 1:  # the span includes the document's end-of-text
+                parts.append(np.array([manifest["eos_id"]], dtype="<u4"))
+        tokens = np.concatenate(parts)
+        assert len(tokens) == 256
+        assert hashlib.blake2b(tokens.tobytes(), digest_size=16).hexdigest() == steps[step]["tokens_hash"]
