@@ -87,7 +87,7 @@ def tiny_run(**train_overrides) -> dict:
         "seq_len": 32, "global_batch": 8, "token_budget": 400_000, "seed": 3, "device": "cpu",
         "optimizer": {"lr": 3.0e-3, "weight_decay": 0.1},
         "schedule": {"kind": "wsd", "warmup_steps": 2},
-        "spike": {"min_history": 5, "k_sigma": 6.0},
+        "spike": {"window": 8, "min_history": 5, "k_sigma": 6.0},
         "checkpoint": {"interval": 4, "keep": 2},
         "logging": {"log_interval": 2, "eval_interval": 4, "eval_sequences": 8},
     }

@@ -68,7 +68,7 @@ class ModelConfig(_Strict):
 
 class OptimizerConfig(_Strict):
     lr: float = Field(default=3.0e-4, gt=0)  # peak learning rate
-    betas: tuple[float, float] = (0.9, 0.95)
+    betas: list[float] = Field(default=[0.9, 0.95], min_length=2, max_length=2)  # a YAML list
     eps: float = Field(default=1.0e-8, gt=0)
     weight_decay: float = Field(default=0.1, ge=0)  # on matrices only; norms and embeddings are not decayed
     fused: bool | None = None  # None: fused AdamW on GPU, the for-each implementation on CPU

@@ -376,18 +376,24 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         # With the guard disabled only non-finite values are caught (a history that is never long enough).
         reason = spike_verdict(loss, norm, state["losses"], state["norms"], t.spike.k_sigma,
                                t.spike.min_history if t.spike.enabled else math.inf)
-        if reason is None:
-            trainer.clip_and_step(norm_t, lr)
+        window_means = (float(np.mean(state["losses"])) if state["losses"] else None,
+                        float(np.mean(state["norms"])) if state["norms"] else None)
+        if math.isfinite(loss) and math.isfinite(norm):
+            # Skipped steps enter the window too: a lasting change of level (a new phase, the decay) is
+            # absorbed after a few steps instead of locking the run out; an isolated bad batch is still
+            # judged against the window before it. Measured: with accepted steps only, a tiny model's
+            # gradient norm doubled at step 22 and every later step was skipped.
             state["losses"] = (state["losses"] + [loss])[-t.spike.window:]
             state["norms"] = (state["norms"] + [norm])[-t.spike.window:]
+        if reason is None:
+            trainer.clip_and_step(norm_t, lr)
             state["consecutive"] = 0
         else:
             trainer.optimizer.zero_grad(set_to_none=True)
             state["consecutive"] += 1
             state["spikes"].append({
                 "step": step, "reason": reason, "loss": loss, "grad_norm": norm,
-                "window_mean_loss": float(np.mean(state["losses"])) if state["losses"] else None,
-                "window_mean_grad_norm": float(np.mean(state["norms"])) if state["norms"] else None,
+                "window_mean_loss": window_means[0], "window_mean_grad_norm": window_means[1],
                 "doc_ids": trainer.loader.doc_ids(step)})
             if rank == 0:
                 print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {norm:.4f})", flush=True)
