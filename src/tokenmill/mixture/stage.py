@@ -79,7 +79,7 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
         run.metrics.update({
             "token_budget": budget, "plan_tokens": plan_tokens, "steps": steps, "unique_documents": unique,
             "heldout_documents": result["heldout"].num_rows,
-            "planned_tokens": {k: v["planned"] for k, v in sorted(per_bucket.items())},
+            "planned": {k: v["planned"] for k, v in sorted(per_bucket.items())},  # tokens, with repeats
             "epochs": {k: round(v["planned"] / max(1, v["available"]), 3) for k, v in sorted(per_bucket.items())},
         })
         rows = [{"label": f"{k} available", "bucket": k, "phase": None, "tokens": v["available"]}
