@@ -70,9 +70,10 @@ class _Iterator(ArchiveIterator):
 
 
 # Where a record can start, for resuming after a damaged one: a gzip member header (checked by decompressing
-# it), or a WARC version line / an ARC v1 header line at the start of a line in an uncompressed file.
+# it), a WARC version line (anywhere: garbage before a record need not end with a newline), or an ARC v1
+# header line at the start of a line in an uncompressed file.
 _GZIP_MAGIC = b"\x1f\x8b\x08"
-_WARC_START = re.compile(rb"(?<=\n)WARC/\d+\.\d+\r?\n")
+_WARC_START = re.compile(rb"WARC/\d+\.\d+\r?\n")
 _ARC_START = re.compile(rb"(?<=\n)\S+ \d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3} \d{14} ")
 _ARC_HEAD = re.compile(rb"\S+ \d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3} \d{14} ")
 
@@ -87,12 +88,12 @@ class _Boundaries:
     def close(self) -> None:
         self.mm.close()
 
-    def head(self, offset: int, n: int = 64) -> bytes:
+    def head(self, offset: int, n: int = 1024) -> bytes:  # an ARC header line holds the whole URL
         """The first bytes of the record starting at `offset`, decompressed for gzip files."""
         if not self.gz:
             return self.mm[offset:offset + n]
         try:
-            return zlib.decompressobj(31).decompress(self.mm[offset:offset + 4096], n)
+            return zlib.decompressobj(31).decompress(self.mm[offset:offset + 8192], n)
         except zlib.error:
             return b""
 
@@ -185,18 +186,22 @@ def _read_from(fh, start: int, size: int, bounds: _Boundaries, max_payload_bytes
                 yield pending
                 pending = None
             offset = int(it.offset)  # where this record starts; get_record_offset() would consume the body
-            try:
-                record = _archive_record(rec, offset, max_payload_bytes, is_arc)
-            except Exception as exc:  # damaged chunked or gzip content-encoding, bad HTTP headers, ...
-                digest, nbytes = bounds.sha1(offset, bounds.next_after(offset), max_payload_bytes)
-                yield Record(locator=str(offset), record_type=rec.rec_type or "unknown",
-                             url=rec.rec_headers.get_header("WARC-Target-URI"), payload_sha1=digest,
-                             payload_bytes=nbytes, drop=Drop("malformed_record", f"{type(exc).__name__}: {exc}"))
-                return bounds.next_after(offset)
             problem = _header_problem(rec, is_arc)
-            if problem:
-                yield _malformed(record, problem)
-                return bounds.next_after(offset)
+            if problem is None:
+                try:
+                    record = _archive_record(rec, offset, max_payload_bytes, is_arc)
+                except Exception as exc:  # damaged chunked or gzip content-encoding, bad HTTP headers, ...
+                    problem = " ".join(f"{type(exc).__name__}: {exc}".split())
+            if problem is not None:
+                # Its length cannot be trusted, so neither can its content: the digest covers its raw bytes
+                # up to the next record start.
+                resume = bounds.next_after(offset)
+                digest, nbytes = bounds.sha1(offset, resume, max_payload_bytes)
+                yield Record(locator=str(offset), record_type=rec.rec_type or "unknown",
+                             url=rec.rec_headers.get_header("WARC-Target-URI"),
+                             record_id=None if is_arc else rec.rec_headers.get_header("WARC-Record-ID"),
+                             payload_sha1=digest, payload_bytes=nbytes, drop=Drop("malformed_record", problem))
+                return resume
             if record.drop is not None and record.drop.reason == "truncated_record":
                 resume = bounds.next_after(offset)
                 if resume is not None:
