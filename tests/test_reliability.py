@@ -414,3 +414,22 @@ def test_killing_dvc_ends_its_stage(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Progress: long steps that are not a map over tasks say where they are
+
+
+def test_sample_building_reports_its_phases(tmp_path, monkeypatch, capsys):
+    from tokenmill.sample.build import build_sample
+
+    monkeypatch.setenv("TOKENMILL_PROGRESS", "1")
+    build_sample(tmp_path / "sample", n_docs=300, eval_items=20, planted_eval_items=4)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sample: ")]
+    assert [line.split(" (")[0] for line in lines] == [
+        "sample: held-out evaluation set", "sample: reference and code documents from the standard library",
+        "sample: web crawl", "sample: writing code, reference, licence and evaluation files"]
+
+    monkeypatch.setenv("TOKENMILL_PROGRESS", "0")  # what the test session sets: silent
+    build_sample(tmp_path / "again", n_docs=300, eval_items=20, planted_eval_items=4)
+    assert "sample: " not in capsys.readouterr().err

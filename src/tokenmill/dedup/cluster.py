@@ -23,6 +23,8 @@ import pyarrow as pa
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from tokenmill.execution import log_phase
+
 # The deterministic choice of the document to keep. Exact duplicates hold the same text (up to case and
 # spacing): the smallest doc_id. A near-duplicate cluster: the longest text (most characters), which keeps the
 # most content, ties broken by the smallest doc_id. (doc only breaks ties between repeated doc_ids.)
@@ -172,6 +174,7 @@ def near_duplicates(con: duckdb.DuckDBPyConnection, num_perm: int, threshold: fl
         now = time.perf_counter()
         if timings is not None:
             timings[name] = round(now - clock[0], 3)
+        log_phase("dedup", f"near duplicates: {name} done in {now - clock[0]:.1f} s")
         clock[0] = now
 
     n_pairs = candidate_pairs(con, window, exclude)

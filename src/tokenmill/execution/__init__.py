@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Mapping, Sequence
@@ -59,6 +60,15 @@ class Executor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def log_phase(stage: str, message: str) -> None:
+    """A progress line for a long step that is not a map over tasks (clustering, training, building).
+
+    To stderr, like the progress bars, and silenced by TOKENMILL_PROGRESS=0 as they are.
+    """
+    if os.environ.get("TOKENMILL_PROGRESS") != "0":
+        print(f"{stage}: {message}", file=sys.stderr, flush=True)
 
 
 def _progress(total: int, desc: str) -> tqdm:

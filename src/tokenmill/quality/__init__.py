@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from tokenmill.docstage import Outcome, map_document_shards
-from tokenmill.execution import make_executor
+from tokenmill.execution import log_phase, make_executor
 from tokenmill.runtime import StageRun
 
 LABEL_HQ, LABEL_LQ = "__label__hq", "__label__lq"
@@ -200,8 +200,10 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
         pos, neg = training_examples(input_glob, params)
         run.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds}
         for k in range(folds):
+            log_phase("quality", f"training fold model {k + 1}/{folds} ({len(pos)} positives, {len(neg)} negatives)")
             train([t for d, t in pos if fold_of(seed, d, folds) != k], [t for d, t in neg if fold_of(seed, d, folds) != k],
                   params["model"], Path(model_path(run.tmp, k)))
+        log_phase("quality", "scoring the training examples out of fold")
         # Held-out quality of the classifier: every example scored by the model that did not train on it.
         # One that did not learn would turn the cut into a random sample: refuse rather than filter by noise.
         p_pos = out_of_fold_scores(str(run.tmp), seed, folds, pos)

@@ -35,6 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from tokenmill.execution import log_phase
+
 from . import pages as P
 from . import plant, sources, stdlib
 from .markup import Block, block, prose_score, prose_words, slug
@@ -422,6 +424,7 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
 
     # The evaluation set comes first: every other part is kept clear of its passages. Reference
     # documents arrive in random order; the first ones with a usable prose paragraph are held out.
+    log_phase("sample", f"held-out evaluation set ({eval_items} items)")
     refs = stdlib.reference_stream(std_files, random.Random(f"{seed}:reference"))
     cut_rng = random.Random(f"{seed}:eval")
     cuts, spare = [], []
@@ -442,6 +445,7 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
     n_lic = min(len(lic_pool), LICENCE_CAP, max(2, round(LICENCE_SHARE * n_docs)))
     rest = n_docs - n_lic
     clean = lambda d: not guard.hits(d.text)  # noqa: E731
+    log_phase("sample", "reference and code documents from the standard library")
     ref_docs = first(itertools.chain(spare, refs), round(rest * SHARES["reference"]), clean)
     refs.close()
     ref_docs.sort(key=lambda d: d.url)
@@ -452,7 +456,9 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
     # The crawl absorbs any shortfall of the other parts, so the total stays near n_docs.
     n_web = n_docs - len(code_docs) - len(ref_docs) - len(licences)
 
+    log_phase("sample", f"web crawl ({n_web} pages with planted cases)")
     web_counts, cases = build_web(dists, n_web, n_cases, items, guard, seed, out)
+    log_phase("sample", "writing code, reference, licence and evaluation files")
     code_files = _write_code(out, code_docs)
     ref_files = _write_reference(out, ref_docs)
     for name, text in licences:
