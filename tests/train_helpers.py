@@ -44,7 +44,7 @@ def _documents(text_dir: Path) -> dict[str, list[str]]:
     return {"reference": articles, "books": [s for s in scenes if s]}
 
 
-def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7) -> Path:
+def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7, vocab_size: int = VOCAB) -> Path:
     """Write root/tokenize (manifest.json, tokens/<bucket>/00000.bin, index) and root/mixture (plan.parquet,
     heldout.parquet) as the tokenize and mixture stages lay them out; returns root."""
     from tokenmill import schema
@@ -54,7 +54,7 @@ def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7) -> Path
 
     docs = _documents(shared_text())
     tok_dir = root / "tokenizer"
-    train_tokenizer(docs, None, {"vocab_size": VOCAB, "sample_bytes": 1_500_000}, tok_dir)
+    train_tokenizer(docs, None, {"vocab_size": vocab_size, "sample_bytes": 1_500_000}, tok_dir)
     tok = Tokenizer(tok_dir)
     out = root / "tokenize"
     rows = []

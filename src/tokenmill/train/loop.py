@@ -364,6 +364,20 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
     peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", t.logging.peak_flops)
     devices = dist.get_world_size()
     timing = {"step_seconds": [], "tokens": 0}
+    def timing_of() -> dict:
+        """Throughput over the steps this process ran, the first left out (compilation, allocator warm-up)."""
+        secs = timing["step_seconds"][1:] or timing["step_seconds"]
+        tps = len(secs) * t.tokens_per_step / sum(secs) if secs and sum(secs) > 0 else None
+        return {
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "devices": devices, "steps_timed": len(secs), "tokens_per_second": tps,
+            "tokens_per_second_per_device": tps / devices if tps else None,
+            "mfu": mfu(tps, size["flops_per_token"], devices, peak) if tps else None,
+            "mfu_causal": mfu(tps, size["flops_per_token_causal"], devices, peak) if tps else None,
+            "peak_flops_per_device": peak, "peak_memory_bytes": _peak_memory(device),
+            "resumed_from_step": start_step if resumed else None,
+        }
+
     interval_start, interval_tokens = time.perf_counter(), 0
     for step in range(state["step"], total_steps):
         started = time.perf_counter()
@@ -436,22 +450,12 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         if stop:
             if live is not None:
                 live.end()
-            return {"stopped_at": step + 1, "steps": total_steps}
+            return {"stopped_at": step + 1, "steps": total_steps, "timing": timing_of()}
         if (step + 1) % t.logging.eval_interval == 0 or (step + 1) % t.checkpoint.interval == 0 or last:
             interval_start = time.perf_counter()  # evaluation and checkpoint time is not training throughput
 
     summary = _summary(cfg, state, size, total_steps)
-    # Throughput over the steps this process ran, the first left out (compilation, allocator warm-up).
-    secs = timing["step_seconds"][1:] or timing["step_seconds"]
-    tps = len(secs) * t.tokens_per_step / sum(secs) if secs and sum(secs) > 0 else None
-    summary["timing"] = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "devices": devices, "steps_timed": len(secs), "tokens_per_second": tps,
-        "tokens_per_second_per_device": tps / devices if tps else None,
-        "mfu": mfu(tps, size["flops_per_token"], devices, peak) if tps else None,
-        "mfu_causal": mfu(tps, size["flops_per_token_causal"], devices, peak) if tps else None,
-        "peak_flops_per_device": peak, "peak_memory_bytes": _peak_memory(device), "resumed_from_step": start_step if resumed else None,
-    }
+    summary["timing"] = timing_of()
     _write_outputs(out_dir, state, trainer, cfg, summary)
     if live is not None:
         live.end()

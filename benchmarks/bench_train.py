@@ -1,0 +1,100 @@
+"""Training throughput on CPU: tokens per second per core of the demo model (scale=cpu_demo).
+
+The cpu_demo recipe (conf/model/tiny.yaml, conf/train/default.yaml, conf/scale/cpu_demo.yaml) on real text
+(WikiText-2 and Tiny Shakespeare from ../shared/data, tokenized with a 16k BPE vocabulary like the demo's),
+run by tokenmill.train.loop.train: once in one process with one thread, once as the demo runs it (torchrun,
+2 ranks FSDP, one thread each). The first step (allocator warm-up) is left out of every figure.
+
+    .venv/bin/python benchmarks/bench_train.py [--steps 30] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from benchlib import machine, write_section  # noqa: E402
+from train_helpers import build_corpus, torchrun  # noqa: E402
+
+
+def demo_config(steps: int) -> dict:
+    conf = ROOT / "conf"
+    train = yaml.safe_load((conf / "train" / "default.yaml").read_text())
+    scale = yaml.safe_load((conf / "scale" / "cpu_demo.yaml").read_text())
+    for key, value in scale["train"].items():
+        train[key] = {**train[key], **value} if isinstance(value, dict) else value
+    model = yaml.safe_load((conf / "model" / f"{scale['defaults'][0]['/model']}.yaml").read_text())
+    train.update(device="cpu", max_steps=steps, token_budget=None, tokens_per_param=1000)
+    train["checkpoint"] = {**train["checkpoint"], "interval": 10**6}  # one checkpoint, at the end
+    train["logging"] = {**train["logging"], "eval_sequences": 0, "eval_interval": 10**6}
+    train["launch"] = {**train["launch"], "nproc_per_node": 1}
+    return {"model": model, "train": train}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--write", action="store_true", help="replace the Training section of RESULTS.md")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+        tmp = Path(tmp)
+        corpus = build_corpus(tmp / "corpus", token_budget=1_500_000, vocab_size=16384)
+        vocab = json.loads((corpus / "tokenize" / "manifest.json").read_text())["vocab_size"]
+        cfg = demo_config(args.steps)
+        (tmp / "cfg.json").write_text(json.dumps(cfg))
+        results = {}
+        for name, nproc in (("1 process, 1 thread", 1), ("torchrun 2 ranks FSDP, 1 thread each", 2)):
+            out = tmp / f"run{nproc}"
+            if nproc == 1:
+                proc = subprocess.run([sys.executable, "-m", "tokenmill.train", "--config", str(tmp / "cfg.json"),
+                                       "--data-root", str(corpus), "--out", str(out)], capture_output=True,
+                                      text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, cwd=ROOT)
+            else:
+                proc = torchrun(2, ["-m", "tokenmill.train", "--config", str(tmp / "cfg.json"), "--data-root",
+                                    str(corpus), "--out", str(out)], timeout=600)
+            summary = json.loads(proc.stdout[proc.stdout.index("{"):])
+            tps = summary["timing"]["tokens_per_second"]
+            results[name] = {"cores": nproc, "tokens_per_second": tps, "per_core": tps / nproc,
+                             "params": summary["params"], "flops_per_token": summary["flops_per_token"],
+                             "gflops_per_core": tps / nproc * summary["flops_per_token"] / 1e9,
+                             "peak_rss_mib": summary["timing"]["peak_memory_bytes"] / 2**20}
+            print(name, json.dumps(results[name]))
+    m = machine(["torch"])
+    size = next(iter(results.values()))
+    rows = "\n".join(f"| {k} | {v['tokens_per_second']:,.0f} | {v['per_core']:,.0f} | {v['gflops_per_core']:.1f} "
+                     f"| {v['peak_rss_mib']:,.0f} |" for k, v in results.items())
+    text = f"""## Training
+
+Machine: {m['nproc']} cores ({m['cpu']}), {m['ram_gib']:.0f} GiB, Python {m['python']}, torch {m['versions']['torch']}.
+Command: `.venv/bin/python benchmarks/bench_train.py --steps {args.steps} --write`
+
+The demo model (scale=cpu_demo: conf/model/tiny.yaml, {size['params']:,} parameters with a {vocab:,}-token
+vocabulary, tied embeddings; sequence 256, 16 sequences = 4,096 tokens per step, AdamW, fp32) trained by
+`tokenmill.train` on real text for {args.steps} steps; the first step is left out. FLOPs per token
+{size['flops_per_token']:,} (6 x matmul parameters + 12 x layers x d_model x seq_len).
+
+| run | tokens/s | tokens/s per core | GFLOP/s per core | peak RSS per rank (MiB) |
+| --- | ---: | ---: | ---: | ---: |
+{rows}
+
+No GPU was available to this session: the h100_1x run of the ~1B model (tokens/s, MFU under both FLOP
+conventions, peak memory, resume) is still to be measured (docs/training.md has the command).
+"""
+    print(text)
+    if args.write:
+        write_section(ROOT / "benchmarks" / "RESULTS.md", "## Training", text)
+
+
+if __name__ == "__main__":
+    main()
