@@ -106,12 +106,12 @@ def test_presets_parse():
         run = parse_run({"model": yaml.safe_load((conf / "model" / f"{model_name}.yaml").read_text()),
                          "train": merged})
         assert parse_train(merged).launch.nnodes >= 1 and run.train.tokens_per_step > 0, path.name
-    scouts = yaml.safe_load((conf / "scouts" / "default.yaml").read_text())["ladder"]
-    budgets = []
-    for name, scout in scouts.items():
-        run = parse_run({"model": scout["model"], "train": {**train_default, **scout["train"]}})
-        budgets.append((model_size(run.model, 16384)["params"], run.train.token_budget))
-    assert budgets == sorted(budgets)  # a ladder: larger models, more tokens
+    for path in sorted((conf / "scouts").glob("*.yaml")):  # {name: {model, token_budget}}
+        budgets = []
+        for name, scout in yaml.safe_load(path.read_text()).items():
+            run = parse_run({"model": scout["model"], "train": {**train_default, "token_budget": scout["token_budget"]}})
+            budgets.append((model_size(run.model, 16384)["params"], run.train.token_budget))
+        assert budgets == sorted(budgets), path.name  # a ladder: larger models, more tokens
 
 
 # ---------------------------------------------------------------------------------------------------------
