@@ -6,7 +6,7 @@ Usage (dvc.yaml): python stages/dedup.py <input stage>
 import sys
 
 from tokenmill.dedup import run_dedup
-from tokenmill.runtime import load_params
+from tokenmill.runtime import load_params, script
 
 
 def main(input_stage: str) -> None:
@@ -16,4 +16,4 @@ def main(input_stage: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    sys.exit(script(main))

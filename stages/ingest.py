@@ -3,7 +3,7 @@
 import sys
 
 from tokenmill.ingest import SourceError, run_ingest
-from tokenmill.runtime import load_params
+from tokenmill.runtime import load_params, script
 
 
 def main() -> int:
@@ -19,4 +19,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script(main))

@@ -8,7 +8,7 @@ Exits non-zero when conservation fails: a pipeline that lost a document must not
 import sys
 
 from tokenmill.lineage import run_lineage
-from tokenmill.runtime import load_params, read_manifest
+from tokenmill.runtime import load_params, read_manifest, script
 
 
 def main(token_stage: str, plan_stage: str) -> int:
@@ -25,4 +25,4 @@ def main(token_stage: str, plan_stage: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    sys.exit(script(main))

@@ -8,7 +8,7 @@ import sys
 
 from tokenmill.mixture import MixtureError
 from tokenmill.mixture.stage import run_mixture
-from tokenmill.runtime import load_params
+from tokenmill.runtime import load_params, script
 
 BUDGET_KEYS = ("seq_len", "global_batch", "token_budget", "tokens_per_param")
 
@@ -25,4 +25,4 @@ def main(input_stage: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    sys.exit(script(main))

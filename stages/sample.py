@@ -1,6 +1,8 @@
 """DVC stage `sample`: build the embedded default corpus from the Python installation it runs in."""
 
-from tokenmill.runtime import StageRun, load_params
+import sys
+
+from tokenmill.runtime import StageRun, load_params, script
 from tokenmill.sample import build_sample
 
 
@@ -15,4 +17,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script(main))

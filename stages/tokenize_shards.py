@@ -6,7 +6,7 @@ Usage (dvc.yaml): python stages/tokenize_shards.py <documents stage> <tokenizer 
 
 import sys
 
-from tokenmill.runtime import load_params
+from tokenmill.runtime import load_params, script
 from tokenmill.tokenize import run_tokenize
 
 
@@ -18,4 +18,4 @@ def main(input_stage: str, tokenizer_stage: str, scores_stage: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    sys.exit(script(main))

@@ -8,7 +8,7 @@ mixture's: one vocabulary serves every mixture experiment, so mixtures are compa
 
 import sys
 
-from tokenmill.runtime import load_params
+from tokenmill.runtime import load_params, script
 from tokenmill.tokenizer import run_tokenizer
 
 
@@ -20,4 +20,4 @@ def main(input_stage: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    sys.exit(script(main))

@@ -14,7 +14,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-SIDE = ("runs", "metrics", "plots", ".trace", ".dvc", ".git", ".venv")
+SIDE = ("runs", "metrics", "plots", "dvclive", ".trace", ".dvc", ".git", ".venv")
+# Read by DVCLive, which looks up the DVC repository it logs in; they shape no output.
+REPO_FILES = {"dvc.yaml", "dvc.lock", ".gitignore", ".dvcignore"}
 UNDECLARED_MODULES = {"tokenmill.trace"}  # the recorder itself, imported only while tracing
 UNDECLARED_PARAMS = {"execution"}
 
@@ -45,6 +47,21 @@ def _temporary_of(path: Path, out: Path) -> bool:
 def _module_file(name: str) -> Path | None:
     spec = importlib.util.find_spec(name)
     return Path(spec.origin).resolve() if spec and spec.origin else None
+
+
+def expand(dvc: dict, params: dict) -> dict:
+    """dvc.yaml's `foreach` stages as DVC names them (name@key), over a dict in params.yaml."""
+    out = {}
+    for name, stage in dvc["stages"].items():
+        if "foreach" not in stage:
+            out[name] = stage
+            continue
+        items = params
+        for part in stage["foreach"].strip("${}").split("."):
+            items = items[part]
+        for key in items:
+            out[f"{name}@{key}"] = json.loads(json.dumps(stage["do"]).replace("${key}", str(key)))
+    return {**dvc, "stages": out}
 
 
 def check(dvc: dict, traces: dict[str, dict[str, set[str]]], root: Path, src: Path | None = None) -> list[str]:
@@ -78,7 +95,7 @@ def check(dvc: dict, traces: dict[str, dict[str, set[str]]], root: Path, src: Pa
                 if not path.is_relative_to(root) or path == root / "params.yaml" or "__pycache__" in path.parts:
                     continue
                 rel = path.relative_to(root)
-                if rel.parts and rel.parts[0] in SIDE:
+                if rel.parts and rel.parts[0] in SIDE or str(rel) in REPO_FILES:
                     continue
                 if any(path == o or o in path.parents or _temporary_of(path, o) for o in outs):
                     continue  # its own output, or its temporary siblings (.name.tmp-<pid>)

@@ -56,7 +56,16 @@ def _check_step_tokens(con, token_dir, step):
 TEST_SIZE = """
 sample: {n_docs: 800, eval_items: 40, planted_eval_items: 8}
 tokenizer: {vocab_size: 2000}
-train: {token_budget: 300000}
+model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
+train:
+  token_budget: 300000
+  launch: {nproc_per_node: 2}
+  logging: {log_interval: 5, eval_interval: 20}
+  checkpoint: {interval: 20}
+scouts:
+  s1: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 50000}
+  s2: {model: {n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_dim: 144}, token_budget: 80000}
+  s3: {model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}, token_budget: 120000}
 """
 # git commits made by the test and by `dvc exp` need an identity, whatever the machine's git config says.
 IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
@@ -79,6 +88,8 @@ def demo(tmp_path_factory):
     _run(["dvc", "init", "-q"], repo)
     _run(["dvc", "config", "hydra.enabled", "True"], repo)
     compose([], conf_dir=repo / "conf", output=repo / "params.yaml")
+    _run(["git", "add", "-A"], repo)  # as in a real checkout: DVCLive logs against the current commit
+    _run(["git", "commit", "-qm", "demo"], repo)
     out = _run(["dvc", "repro"], repo, TOKENMILL_TRACE_DIR=str(repo / ".trace")).stdout
     return repo, out
 
@@ -167,6 +178,32 @@ def test_demo_dag(demo):
     shown = _run(["tokenmill", "audit", "step", "3"], repo).stdout
     assert "step 3: tokens" in shown
     assert _run(["tokenmill", "audit", "step", "99999999"], repo, check=False).returncode == 1
+
+    # Training: the scouts and the full run trained from the plan, and learned: the held-out loss ends well
+    # below the unigram entropy of the held-out tokens (what a model that ignores context could reach).
+    summary = json.loads((repo / "data" / "train" / "pretrain" / "summary.json").read_text())
+    heldout = con.execute("SELECT shard, \"offset\", length FROM heldout").fetchall()
+    tokens = np.concatenate([np.fromfile(repo / "data" / "tokenize" / shard, dtype=np.uint16)[off: off + n]
+                             for shard, off, n in heldout])
+    p = np.bincount(tokens) / len(tokens)
+    unigram = float(-(p[p > 0] * np.log(p[p > 0])).sum())
+    final = np.mean(list(summary["heldout_loss"].values()))
+    assert final < unigram - 0.3, (final, unigram, summary)
+    for scout in ("s1", "s2", "s3"):
+        assert (repo / "data" / "train" / "scout" / scout / "final" / "model.safetensors").is_file()
+
+    # The batch of a step, rebuilt from the plan by the audit, is what the trainer fed (hash per step), and
+    # the audit shows the step's loss and which steps saw a document.
+    fed = con.execute("SELECT tokens_hash, loss FROM train_steps WHERE run = 'pretrain' AND step = 3").fetchone()
+    from tokenmill.train.data import tokens_hash
+    assert tokens_hash(lineage.step_tokens(con, repo / "data", 3)) == fed[0]
+    shown = _run(["tokenmill", "audit", "step", "3", "--run", "pretrain"], repo).stdout
+    assert f"loss {fed[1]:.4f}" in shown and fed[0] in shown
+    verify = _run(["tokenmill", "audit", "verify"], repo).stdout
+    assert "training runs fed exactly the plan's tokens" in verify and "pretrain" in verify
+    trained_doc = con.execute("SELECT doc_id FROM plan WHERE stream_start < 4096 * 3 LIMIT 1").fetchone()[0]
+    shown = _run(["tokenmill", "audit", "doc", trained_doc], repo).stdout
+    assert "trained       pretrain:" in shown and "scout@s1:" in shown, shown
     con.close()
 
     # Unchanged pipeline: nothing reruns.
@@ -184,7 +221,7 @@ def test_mixture_experiments(demo):
     before = _outs(repo)
     out = _run(["dvc", "exp", "run", "-n", "code-heavy", "-S", "mixture=code_heavy"], repo).stdout
     # One vocabulary for every mixture: the tokenizer and the token shards are not rebuilt.
-    assert _ran(out) == {"mixture", "lineage"}, out
+    assert _ran(out) == {"mixture", "lineage", "pretrain"} | {s for s in STAGES if s.startswith("scout@")}, out
     after = _outs(repo)
     assert after["data/tokenizer"] == before["data/tokenizer"] and after["data/tokenize"] == before["data/tokenize"]
     assert after["data/mixture"] != before["data/mixture"]

@@ -72,6 +72,13 @@ def audit_doc(con, key: str) -> int:
                 print(f"  mixture       {where}")
         fate = con.execute("SELECT fate, dropped_at, drop_reason FROM documents WHERE doc_id = ?",
                            [r["doc_id"]]).fetchone()
+        seen = lineage.steps_of_document(con, r["doc_id"])
+        for run in sorted({s[0] for s in seen}):
+            steps = [s for s in seen if s[0] == run]
+            skipped = sum(1 for s in steps if s[3])
+            shown = ", ".join(str(s[1]) for s in steps[:12]) + (" ..." if len(steps) > 12 else "")
+            print(f"  trained       {run}: {len(steps)} step(s) ({shown})"
+                  + (f", {skipped} of them skipped" if skipped else ""))
         if fate[0] == "kept":
             print("  fate          kept by every stage")
         else:
@@ -97,8 +104,8 @@ def audit_stage(con, stage: str) -> int:
     return 0
 
 
-def audit_verify(con) -> int:
-    problems = lineage.verify(con)
+def audit_verify(con, data_root: Path) -> int:
+    problems = lineage.verify(con) + lineage.verify_training(con, data_root)
     stages = [r[0] for r in con.execute("SELECT stage FROM stages ORDER BY stage_order NULLS LAST").fetchall()]
     if problems:
         for p in problems:
@@ -106,17 +113,33 @@ def audit_verify(con) -> int:
         print(f"conservation FAILED: {len(problems)} problem(s)", file=sys.stderr)
         return 1
     print(f"conservation holds for every stage: {', '.join(stages)}")
+    runs = lineage.training_runs(con)
+    if runs:
+        print(f"training runs fed exactly the plan's tokens (steps checked by hash): {', '.join(runs)}")
     return 0
 
 
-def audit_step(con, step: int) -> int:
+def audit_step(con, step: int, run: str | None = None) -> int:
     try:
         per_step, rows = lineage.step_spans(con, step)
     except LookupError as exc:
         print(f"tokenmill: {exc}", file=sys.stderr)
         return 1
     print(f"step {step}: tokens {step * per_step} to {(step + 1) * per_step} of the training stream, "
-          f"{len(rows)} document span(s)\n")
+          f"{len(rows)} document span(s)")
+    if run is not None:
+        tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
+        got = con.execute("SELECT loss, grad_norm, lr, skipped, skip_reason, tokens_hash FROM train_steps "
+                          "WHERE run = ? AND step = ?", [run, step]).fetchone() if "train_steps" in tables else None
+        if got is None:
+            print(f"tokenmill: run {run!r} has no step {step} (runs: "
+                  f"{', '.join(lineage.training_runs(con)) or 'none trained yet'})", file=sys.stderr)
+            return 1
+        loss, norm, lr, skipped, reason, digest = got
+        fate = f"update skipped ({reason})" if skipped else "update applied"
+        print(f"run {run}: loss {loss:.4f}, gradient norm {norm:.4f}, learning rate {lr:.3g}, {fate}; "
+              f"fed tokens hash {digest}")
+    print()
     print(_table(rows, ["position", "phase", "bucket", "doc_id", "epoch", "shard", "offset", "first_token",
                         "end_token"]))
     return 0
@@ -156,9 +179,9 @@ def _audit(args) -> int:
             if args.what == "stage":
                 return audit_stage(con, args.name)
             if args.what == "verify":
-                return audit_verify(con)
+                return audit_verify(con, Path(args.db).resolve().parent.parent / "data")
             if args.what == "step":
-                return audit_step(con, args.n)
+                return audit_step(con, args.n, args.run)
             return audit_sql(con, args.query)
         except duckdb.Error as exc:  # a bad query, a refused one, or a database from an older version
             print(_one_line(exc), file=sys.stderr)
@@ -174,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     what.add_parser("doc", help="a document's source record and every decision").add_argument("key", help="doc_id or url")
     what.add_parser("stage", help="counts by action and reason").add_argument("name")
     what.add_parser("verify", help="conservation across all stages; non-zero exit on any violation")
-    what.add_parser("step", help="the documents and token spans of one training step").add_argument("n", type=int)
+    step = what.add_parser("step", help="the documents and token spans of one training step")
+    step.add_argument("n", type=int)
+    step.add_argument("--run", default=None, help="also the loss and update of that step in this training run "
+                                                  "(pretrain, scout@s1, ...)")
     what.add_parser("sql", help="run a read-only SQL query (files, extensions and settings are out of reach)"
                     ).add_argument("query")
     args = parser.parse_args(argv)

@@ -225,6 +225,21 @@ def write_json(path: str | Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def script(main) -> int:
+    """Run a stage script's main(*argv): a user's error (a bad parameter, a missing file, a failed task)
+    is one line on stderr and exit code 2, not a traceback."""
+    from tokenmill.execution import TaskError
+
+    user_errors = (ParamError, TaskError, FileNotFoundError, KeyError)
+    try:
+        return main(*sys.argv[1:]) or 0
+    except user_errors as exc:
+        stage = os.environ.get("DVC_STAGE") or Path(sys.argv[0]).stem
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"{stage}: {message}", file=sys.stderr)
+        return 2
+
+
 def write_plot_rows(path: str | Path, rows: list[dict]) -> None:
     """A DVC plot file: a JSON list of flat rows (dvc.yaml `plots` names the x and y columns)."""
     write_json(path, rows)
@@ -296,6 +311,9 @@ class StageRun:
         self.metrics: dict[str, Any] = {}  # more deterministic metrics beside the document counts
 
     def __enter__(self) -> "StageRun":
+        from tokenmill.execution.lifetime import end_with_launcher
+
+        end_with_launcher(self.stage)  # under dvc: this stage ends when the dvc that started it does
         self.started = time.perf_counter()
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(self.out_dir)  # a killed earlier run's temporary and half-swapped directories

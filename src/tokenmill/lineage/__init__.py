@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.lineage.planted import build_planted
@@ -108,17 +109,18 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
         LEFT JOIN (SELECT doc_id, length(text) AS text_chars FROM read_parquet('{last}')) o USING (doc_id)
         ORDER BY r.source, r.file, r.doc_id""")
 
+    # Files are counted from what ingest matched (its manifest), so an empty or unreadable file still counts.
+    files = manifests[0].get("source_files") or {}
     con.execute("""CREATE TABLE sources (source VARCHAR, format VARCHAR, bucket VARCHAR, licence VARCHAR,
         snapshot VARCHAR, paths JSON, files BIGINT, records BIGINT, kept BIGINT, read_errors BIGINT)""")
     for name, cfg in sources_cfg.items():
-        con.execute("""INSERT INTO sources SELECT ?, ?, ?, ?, ?, ?,
-            (SELECT count(DISTINCT file) FROM records WHERE source = ?),
+        matched = sum(1 for key in files if key.partition(":")[0] == name)
+        con.execute("""INSERT INTO sources SELECT ?, ?, ?, ?, ?, ?, ?,
             (SELECT count(*) FROM records WHERE source = ?),
             (SELECT count(*) FROM documents WHERE source = ? AND fate = 'kept'),
             (SELECT count(*) FROM read_errors WHERE source = ?)""",
                     [name, cfg.get("format"), cfg.get("bucket"), cfg.get("licence"), cfg.get("snapshot"),
-                     json.dumps(cfg.get("paths")), name, name, name, name])
-    files = manifests[0].get("source_files") or {}
+                     json.dumps(cfg.get("paths")), matched, name, name, name])
     con.execute("CREATE TABLE source_files (source VARCHAR, file VARCHAR, sha1 VARCHAR)")
     for key, sha1 in sorted(files.items()):
         source, _, file = key.partition(":")
@@ -254,11 +256,7 @@ def step_spans(con: duckdb.DuckDBPyConnection, step: int) -> tuple[int, list[tup
     shard, offset, first_token, end_token): tokens [first_token, end_token) of the document, counted from
     its first token; end_token = length + 1 includes the end-of-text.
     """
-    row = con.execute("SELECT manifest FROM stages WHERE json_extract(manifest, '$.tokens_per_step') "
-                      "IS NOT NULL").fetchone()
-    if row is None:
-        raise LookupError("no plan in the lineage: run the mixture stage and rebuild the lineage")
-    per_step = int(json.loads(row[0])["tokens_per_step"])
+    per_step = _tokens_per_step(con)
     total = con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0]
     if not 0 <= step < total // per_step:
         raise LookupError(f"step {step} is outside the plan: it holds {total // per_step} full steps "
@@ -270,3 +268,112 @@ def step_spans(con: duckdb.DuckDBPyConnection, step: int) -> tuple[int, list[tup
                           FROM plan WHERE stream_start < ? AND stream_start + length + 1 > ?
                           ORDER BY position""", [lo, hi, hi, lo]).fetchall()
     return per_step, rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tables the audit connection adds to the database: they live outside it, so the document tables are never
+# rebuilt for them. Run records (runs/<stage>.json) carry timings, which must stay out of every DVC output;
+# training runs (data/train/<run>/) write their step tables after the lineage stage has run.
+
+RUN_TABLES = {"train_steps": "steps.parquet", "train_spikes": "spikes.parquet", "train_heldout": "heldout.parquet"}
+
+
+def run_records(runs_dir: str | Path) -> pa.Table:
+    """`stage_runs`: one row per runs/<stage>.json, the newest run of each stage in this workspace."""
+    rows = []
+    for path in sorted(Path(runs_dir).glob("*.json")):
+        r = json.loads(path.read_text())
+        rows.append({"stage": r.get("stage"), "run_id": r.get("run_id"), "input_stage": r.get("input_stage"),
+                     "code_version": r.get("code_version"), "seconds": r.get("seconds"),
+                     "finished_at": r.get("finished_at"), "host": r.get("host"),
+                     **{k: json.dumps(r.get(k)) for k in ("params", "inputs", "versions", "code_files", "timing",
+                                                           "counts")}})
+    schema = pa.schema([("stage", pa.string()), ("run_id", pa.string()), ("input_stage", pa.string()),
+                        ("code_version", pa.string()), ("seconds", pa.float64()), ("finished_at", pa.string()),
+                        ("host", pa.string()), ("params", pa.string()), ("inputs", pa.string()),
+                        ("versions", pa.string()), ("code_files", pa.string()), ("timing", pa.string()),
+                        ("counts", pa.string())])
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def training_tables(train_root: str | Path) -> dict[str, pa.Table]:
+    """train_steps, train_spikes, train_heldout over every finished run under train_root (data/train), with
+    a `run` column naming the stage (pretrain, scout@s1, ...)."""
+    out: dict[str, list[pa.Table]] = {name: [] for name in RUN_TABLES}
+    for manifest in sorted(Path(train_root).rglob("manifest.json")):
+        run = json.loads(manifest.read_text())["stage"]
+        for name, file in RUN_TABLES.items():
+            if (manifest.parent / file).exists():
+                t = pq.read_table(manifest.parent / file)
+                out[name].append(t.add_column(0, "run", pa.array([run] * t.num_rows, pa.string())))
+    return {name: pa.concat_tables(parts, promote_options="default") for name, parts in out.items() if parts}
+
+
+def audit_tables(project: str | Path = ".") -> dict[str, pa.Table]:
+    """What the audit connection registers beside the database: stage_runs and the training tables."""
+    project = Path(project)
+    return {"stage_runs": run_records(project / "runs"), **training_tables(project / "data" / "train")}
+
+
+def training_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
+    tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    return [r[0] for r in con.execute("SELECT DISTINCT run FROM train_steps ORDER BY 1").fetchall()] \
+        if "train_steps" in tables else []
+
+
+def steps_of_document(con: duckdb.DuckDBPyConnection, doc_id: str) -> list[tuple]:
+    """(run, step, loss, skipped) for every training step whose inputs held tokens of the document."""
+    tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    if not {"plan", "train_steps"} <= tables:
+        return []
+    per_step = _tokens_per_step(con)
+    return con.execute("""
+        SELECT s.run, s.step, s.loss, s.skipped
+        FROM plan p JOIN train_steps s
+          ON s.step BETWEEN p.stream_start // ? AND (p.stream_start + p.length) // ?
+        WHERE p.doc_id = ? ORDER BY s.run, s.step""", [per_step, per_step, doc_id]).fetchall()
+
+
+def _tokens_per_step(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT manifest FROM stages WHERE json_extract(manifest, '$.tokens_per_step') "
+                      "IS NOT NULL").fetchone()
+    if row is None:
+        raise LookupError("no plan in the lineage: run the mixture stage and rebuild the lineage")
+    return int(json.loads(row[0])["tokens_per_step"])
+
+
+def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, step: int):
+    """The input tokens of training step `step`, rebuilt from the plan's spans and the token shards."""
+    import numpy as np
+
+    row = con.execute("SELECT stage, manifest FROM stages WHERE json_extract(manifest, '$.dtype') "
+                      "IS NOT NULL").fetchone()
+    if row is None:
+        raise LookupError("no token stage in the lineage")
+    token_dir, dtype = Path(data_root) / row[0], json.loads(row[1])["dtype"]
+    _, spans = step_spans(con, step)
+    parts = []
+    for *_, shard, offset, first, end in spans:
+        tokens = np.memmap(token_dir / shard, dtype=dtype, mode="r")
+        parts.append(np.asarray(tokens[offset + first: offset + end]))
+    return np.concatenate(parts)
+
+
+def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, samples: int = 3) -> list[str]:
+    """Every training run's steps are 0..N-1, each once, and what it recorded as fed equals the plan: the
+    token hash of its first, middle and last step (and `samples` in all) is recomputed from the shards."""
+    from tokenmill.train.data import tokens_hash
+
+    problems = []
+    for run in training_runs(con):
+        n, lo, hi, distinct = con.execute("SELECT count(*), min(step), max(step), count(DISTINCT step) "
+                                          "FROM train_steps WHERE run = ?", [run]).fetchone()
+        if (lo, hi, distinct) != (0, n - 1, n):
+            problems.append(f"training {run}: steps are not 0..{n - 1} each once (min {lo}, max {hi}, {distinct} distinct)")
+            continue
+        for step in sorted({0, (n - 1) // 2, n - 1})[:samples]:
+            recorded = con.execute("SELECT tokens_hash FROM train_steps WHERE run = ? AND step = ?",
+                                   [run, step]).fetchone()[0]
+            if tokens_hash(step_tokens(con, data_root, step)) != recorded:
+                problems.append(f"training {run}: step {step} fed tokens that are not the plan's")
+    return problems

@@ -30,12 +30,17 @@ def connect(db: str | Path = Path("lineage") / DB_NAME,
             extra: Mapping[str, pa.Table] | None = None) -> duckdb.DuckDBPyConnection:
     """Open `db` read-only, sealed from the file system, for audit queries.
 
-    Every table in `extra` (e.g. the stage run records, which live outside the database) is copied in as a
-    TEMP table first: once external access is off, not even a Python object can be scanned. Writes can only
+    Every table in `extra` is copied in as a TEMP table first: once external access is off, not even a Python
+    object can be scanned. By default that is lineage.audit_tables() of the database's project: the stage run
+    records (stage_runs) and the training runs' step, spike and held-out tables. Writes can only
     reach TEMP tables and the connection's own in-memory scratch database, never a file.
     """
     if not Path(db).is_file():
         raise FileNotFoundError(f"no lineage database at {db}: run `dvc repro lineage` first")
+    if extra is None:  # the project's run records and training tables (lineage/<db> -> the project root)
+        from tokenmill.lineage import audit_tables
+
+        extra = audit_tables(Path(db).resolve().parent.parent)
     # A fresh in-memory instance with the file attached read-only, rather than duckdb.connect(db): DuckDB
     # shares one instance per file within a process, so a second connect() would find the first one's
     # locked configuration and could not add its own TEMP tables.

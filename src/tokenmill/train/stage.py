@@ -14,6 +14,7 @@ torchrun's ranks. So:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,11 +25,12 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from tokenmill.execution.lifetime import die_with_parent, end_with_launcher
 from tokenmill.runtime import (
-    input_id,
-    library_versions,
     code_files,
     code_version,
+    input_id,
+    library_versions,
     run_id,
     sha1_file,
     write_json,
@@ -116,8 +118,10 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = torchrun_command(run_cfg, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    end_with_launcher(stage)  # under dvc: this stage ends when dvc does ...
+    with open(log, "w") as f:  # ... and torchrun with this stage
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                              preexec_fn=functools.partial(die_with_parent, os.getpid()))
     if proc.returncode != 0:
         tail = log.read_text().strip().splitlines()[-5:]
         errors = [line for line in tail if line.startswith("train:")] or tail[-1:]
