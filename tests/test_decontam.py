@@ -1,9 +1,10 @@
 """Decontamination on real benchmark files and real text from ../shared/data (read in place).
 
 Readers parse every benchmark file; benchmark items planted into real documents (verbatim, re-wrapped,
-lower-cased, stripped of punctuation, mid-document) are all found with the right item id against the index
-of ALL benchmark files; real documents without plants stay clean except where a benchmark really quotes
-them; the stage (drop and flag) writes decisions, documents and the contamination table consistently.
+lower-cased, stripped of punctuation, mid-document) are found with the right item id against the index of
+ALL benchmark files; real documents without plants stay clean except where a benchmark really quotes them;
+the stage (drop and flag) writes decisions, documents and the contamination table consistently.
+tests/test_decontam_leaks.py plants every item of every file in every disguise.
 """
 
 from __future__ import annotations
@@ -11,21 +12,25 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import re
 import string
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from tokenmill import schema
-from tokenmill.decontam import (DecontamProcessor, contamination_rows, normalize, read_benchmark,
-                                run_decontaminate)
+from tokenmill.decontam import DecontamProcessor, item_id, normalize, read_benchmark, run_decontaminate
+from tokenmill.decontam.stage import DEFAULTS
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 EVAL, TEXT = SHARED / "eval", SHARED / "text"
+if not SHARED.is_dir() and os.environ.get("CI") == "true":
+    raise RuntimeError(f"../shared/data not found at {SHARED}: the decontamination tests need it under CI")
 pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 
 # name -> (format, path, items SOURCES.md states)
@@ -40,7 +45,7 @@ BENCHMARKS = {
     "hellaswag": ("hellaswag", EVAL / "hellaswag" / "hellaswag_val_subset.jsonl", 1000),
     **{name: ("llm_foundry", EVAL / "llm_foundry" / f"{name}.jsonl", n) for name, n in FOUNDRY.items()},
 }
-PARAMS = {"ngram": 13, "min_item_words": 8, "threshold": 0.5, "min_matches": 20, "action": "drop"}
+PARAMS = {k: v for k, v in DEFAULTS.items() if k != "benchmarks"}  # the shipped rule
 
 
 def spec(name: str) -> dict:
@@ -48,8 +53,13 @@ def spec(name: str) -> dict:
     return {"name": name, "format": fmt, "path": str(path)}
 
 
-def items_of(name: str) -> dict[str, str]:
-    return {item_id: text for _, item_id, text in read_benchmark(spec(name))}
+def items_of(name: str) -> list[tuple[str, str]]:
+    """(item id, text) in file order."""
+    return [(iid, text) for _, iid, text in read_benchmark(spec(name))]
+
+
+def nth(name: str, i: int) -> tuple[str, str]:
+    return items_of(name)[i]
 
 
 @pytest.fixture(scope="module")
@@ -69,29 +79,33 @@ def test_reader_parses_real_file(name):
     items = list(read_benchmark(spec(name)))
     assert len(items) == BENCHMARKS[name][2]
     assert all(b == name for b, _, _ in items)
-    assert len({i for _, i, _ in items}) == len(items), "item ids must be unique"
+    # ids name content: only identical records share one (MMLU, SIQA, LAMBADA and Jeopardy repeat a few)
+    repeats = sum(c - 1 for c in Counter(i for _, i, _ in items).values())
+    assert repeats <= 0.01 * len(items)
     # a handful of BIG-bench "sentences" are just "(-)" or "+": such items are too short to index
     assert sum(len(normalize(t)) >= 3 for _, _, t in items) >= 0.99 * len(items)
 
 
 def test_reader_texts_hold_question_and_gold_answer(tmp_path):
-    gsm = items_of("gsm8k")["0"]
+    gsm_id, gsm = nth("gsm8k", 0)
     assert gsm.startswith("Janet\u2019s ducks lay 16 eggs") and gsm.endswith("#### 18")
-    he = items_of("humaneval")["HumanEval/0"]
-    assert "def has_close_elements(" in he and "return False" in he  # prompt + canonical solution
-    mmlu = items_of("mmlu")
-    assert mmlu["abstract_algebra_test/0"].endswith("over Q.\n4")  # header row skipped; gold = choice1 = "4"
-    hs = items_of("hellaswag")["20022"]
+    first = json.loads((EVAL / "gsm8k" / "test.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert gsm_id == item_id("gsm8k", first) and gsm_id.startswith("sha1:")  # the record names the item
+    he_id, he = nth("humaneval", 0)
+    assert he_id == "HumanEval/0" and "def has_close_elements(" in he and "return False" in he
+    mmlu = nth("mmlu", 0)[1]
+    assert mmlu.endswith("over Q.\n4")  # header row skipped; gold = choice1 = "4"
+    hs = dict(items_of("hellaswag"))["20022"]
     assert hs.endswith("are in the gym practicing to do this pole vault, trying to do their best.")
-    csqa = items_of("commonsense_qa")["0"]  # letter choices: the gold option's text, no option list
+    csqa = nth("commonsense_qa", 0)[1]  # letter choices: the gold option's text, no option list
     assert csqa.endswith("\nbank") and "Choices" not in csqa and "B." not in csqa and "Question" not in csqa
-    bb = items_of("bigbench_language_identification")["0"]
+    bb = nth("bigbench_language_identification", 0)[1]
     assert "select the correct language" not in bb and bb.endswith("Lambayeque Quechua")
-    assert items_of("jeopardy_all")["0"].startswith("This Navy commander")  # category prefix removed
-    assert items_of("winogrande")["0"] == ("Sarah was a much better surgeon than Maria so Maria "
-                                           "always got the easier cases.")
-    assert items_of("triviaqa_sm_sub")["1"].rstrip().endswith("Antelope")
-    assert "[header]" not in " ".join(items_of("hellaswag").values())
+    assert nth("jeopardy_all", 0)[1].startswith("This Navy commander")  # category prefix removed
+    assert nth("winogrande", 0)[1] == ("Sarah was a much better surgeon than Maria so Maria "
+                                       "always got the easier cases.")
+    assert nth("triviaqa_sm_sub", 1)[1].rstrip().endswith("Antelope")
+    assert "[header]" not in " ".join(t for _, t in items_of("hellaswag"))
 
     # tokenmill's own format, and the original headerless MMLU layout with letter answers
     own = tmp_path / "heldout.jsonl"
@@ -103,8 +117,10 @@ def test_reader_texts_hold_question_and_gold_answer(tmp_path):
     orig = tmp_path / "anatomy_test.csv"
     with open(orig, "w", newline="") as f:
         csv.writer(f).writerow(["Which bone is in the arm?", "femur", "humerus", "tibia", "fibula", "B"])
+    mid = item_id("m", {"question": "Which bone is in the arm?", "subject": "anatomy",
+                        "choices": ["femur", "humerus", "tibia", "fibula"], "answer": 1})
     assert list(read_benchmark({"name": "m", "format": "mmlu_csv", "path": str(orig)})) == [
-        ("m", "anatomy_test/0", "Which bone is in the arm?\nhumerus")]
+        ("m", mid, "Which bone is in the arm?\nhumerus")]
 
 
 def test_missing_benchmark_fails_in_one_line(tmp_path):
@@ -115,7 +131,7 @@ def test_missing_benchmark_fails_in_one_line(tmp_path):
     proc = DecontamProcessor({"benchmarks": [spec("copa"), {**bad, "optional": True}]})  # skipped
     assert {b for b, _ in proc.index.items} == {"copa"}
     proc = DecontamProcessor({"benchmarks": [{**bad, "optional": True}]})  # nothing to index: all clean
-    assert proc({"text": items_of("copa")["0"]}).reason == "clean"
+    assert proc({"text": nth("copa", 0)[1]}).reason == "clean"
     with pytest.raises(ValueError, match="format"):
         DecontamProcessor({"benchmarks": [{"name": "x", "format": "csv", "path": "x.csv"}]})
 
@@ -158,15 +174,29 @@ VARIANTS = {
     "punct_deleted_unicode": lambda t: re.sub(r"[^\w\s]", "", t),
     "punct_as_space_upper": lambda t: re.sub(r"[^\w\s]", " ", t).upper(),
 }
-# Items across each benchmark: first, middle and last (whatever they hold), and named ones.
+# Items across each benchmark: first, middle and last (positions in the file), and named ones (their ids).
 PLANTS = {
-    "gsm8k": ["0", "659", "1318"],
-    "mmlu": ["abstract_algebra_test/0", "high_school_biology_test/100", "world_religions_test/170"],
+    "gsm8k": [0, 659, 1318],
+    "mmlu": [0, 7000, 14041],
     "hellaswag": ["20022", "2533"],
     "humaneval": ["HumanEval/0", "HumanEval/81", "HumanEval/163"],
-    "arc_challenge": ["0", "586", "1171"],
-    "lambada_openai": ["0", "2576"],
+    "arc_challenge": [0, 586, 1171],
+    "lambada_openai": [0, 2576],
 }
+
+
+def resolve(bench: str, which: int | str) -> tuple[str, str]:
+    """(item id, text) of an item named by its position in the file or by its id."""
+    items = items_of(bench)
+    return items[which] if isinstance(which, int) else (which, dict(items)[which])
+
+
+def mmlu_id(stem: str, row: int) -> str:
+    """The id of row `row` of ../shared/data/eval/mmlu/test/<stem>.csv, from the cais/mmlu record it is."""
+    with open(EVAL / "mmlu" / "test" / f"{stem}.csv", newline="", encoding="utf-8") as f:
+        r = list(csv.reader(f))[1 + row]  # these files have a header row and 0-based answers
+    return item_id("mmlu", {"question": r[0], "subject": stem.removesuffix("_test"), "choices": r[1:5],
+                            "answer": int(r[5])})
 
 
 def test_planted_items_are_found_in_every_variant(full_index_proc):
@@ -175,45 +205,51 @@ def test_planted_items_are_found_in_every_variant(full_index_proc):
         out = proc({"text": host})
         assert (out.action, out.reason) == ("keep", "clean"), (host_name, out.details)
     missed, checked = [], 0
-    for bench, ids in PLANTS.items():
-        texts = items_of(bench)
-        for item_id in ids:
+    for bench, which in PLANTS.items():
+        for w in which:
+            iid, text = resolve(bench, w)
             for variant, change in VARIANTS.items():
                 for host_name, host in hosts.items():
-                    out = proc({"text": _embed(host, change(texts[item_id]))})
+                    out = proc({"text": _embed(host, change(text))})
                     checked += 1
                     hits = [o for o in (out.details or {}).get("overlaps", []) if o["contaminated"]]
-                    if out.action != "drop" or (bench, item_id) not in {(o["benchmark"], o["item_id"]) for o in hits}:
-                        missed.append((bench, item_id, variant, host_name, out.scores))
+                    if out.action != "drop" or (bench, iid) not in {(o["benchmark"], o["item_id"]) for o in hits}:
+                        missed.append((bench, iid, variant, host_name, out.scores))
                     else:  # the planted item is the best overlap, and (nearly) the whole of it is found
-                        assert (hits[0]["benchmark"], hits[0]["item_id"]) == (bench, item_id)
-                        assert hits[0]["overlap_fraction"] >= 0.8, (bench, item_id, variant, hits[0])
+                        assert (hits[0]["benchmark"], hits[0]["item_id"]) == (bench, iid)
+                        assert hits[0]["overlap_fraction"] >= 0.8, (bench, iid, variant, hits[0])
     assert not missed, missed
     assert checked == 16 * len(VARIANTS) * 3
 
 
 def test_flag_keeps_contaminated_documents():
     proc = DecontamProcessor({**PARAMS, "action": "flag", "benchmarks": [spec("gsm8k")]})
-    out = proc({"text": "Homework help.\n" + items_of("gsm8k")["7"]})
+    iid, text = nth("gsm8k", 7)
+    out = proc({"text": "Homework help.\n" + text})
     assert (out.action, out.reason) == ("keep", "flagged_contaminated")
     assert out.scores["matched_items"] == 1 and out.scores["max_overlap_fraction"] == 1.0
-    assert out.details["overlaps"][0]["item_id"] == "7"
+    assert out.details["overlaps"][0]["item_id"] == iid
 
 
 # --- real documents are clean, except where a benchmark really quotes them ------------------------------
 
 # Genuine overlaps found by measuring all of ../shared/data/text against all benchmark files: benchmark items
 # that quote public-domain texts. They must be found; everything else must stay clean.
-KNOWN_QUOTES = {
-    "state_union/1980-Carter.txt": {("mmlu", f"high_school_us_history_test/{i}") for i in (16, 58, 134, 168)},
-    # Reagan's 1981 inaugural, quoted by two MMLU items, and repeated by Reagan himself in 1982 (23 n-grams)
-    "inaugural/1981-Reagan.txt": {("mmlu", "high_school_us_history_test/72"),
-                                  ("mmlu", "high_school_us_history_test/125")},
-    "state_union/1982-Reagan.txt": {("mmlu", "high_school_us_history_test/72"),
-                                    ("mmlu", "high_school_us_history_test/125")},
-    "gutenberg/98-0.txt.gz": {("mmlu", f"high_school_world_history_test/{i}") for i in (5, 30, 110, 198)},
-    "gutenberg/2852-0.txt.gz": {("lambada_openai", "3453"), ("lambada_openai", "1934")},
-}
+def known_quotes() -> dict[str, set[tuple[str, str]]]:
+    us = [mmlu_id("high_school_us_history_test", i) for i in (16, 58, 72, 125, 134, 168)]
+    world = {("mmlu", mmlu_id("high_school_world_history_test", i)) for i in (5, 30, 110, 198)}
+    lambada = items_of("lambada_openai")
+    return {
+        "state_union/1980-Carter.txt": {("mmlu", us[i]) for i in (0, 1, 4, 5)},
+        # Reagan's 1981 inaugural, quoted by two MMLU items, and repeated by Reagan himself in 1982
+        "inaugural/1981-Reagan.txt": {("mmlu", us[2]), ("mmlu", us[3])},
+        "state_union/1982-Reagan.txt": {("mmlu", us[2]), ("mmlu", us[3])},
+        # "Peace, commerce, and honest friendship with all nations, entangling alliances with none"
+        "inaugural/1801-Jefferson.txt": {("mmlu", mmlu_id("us_foreign_policy_test", 99))},
+        "gutenberg/98-0.txt.gz": world,  # A Tale of Two Cities
+        # The Hound of the Baskervilles: four LAMBADA passages (two differ from the book by a few words)
+        "gutenberg/2852-0.txt.gz": {("lambada_openai", lambada[i][0]) for i in (1934, 2814, 3453, 3934)},
+    }
 
 
 def _real_documents():
@@ -237,22 +273,25 @@ def _real_documents():
 
 def test_real_documents_are_clean_except_real_quotations(full_index_proc):
     proc = full_index_proc
-    flagged, worst, chars, docs, seconds = {}, (0.0, 0.0, ""), 0, 0, 0.0
-    for name, text in _real_documents():
-        started = time.perf_counter()
-        out = proc({"text": text})
-        seconds += time.perf_counter() - started
-        docs += 1
-        chars += len(text)
+    names, texts = zip(*_real_documents())
+    started = time.process_time()
+    outs = list(proc.batch([{"text": t} for t in texts]))
+    seconds = time.process_time() - started
+    flagged, worst = {}, (0.0, 0.0, "")
+    for name, out in zip(names, outs):
         if out.action == "drop":
             flagged[name] = {(o["benchmark"], o["item_id"]) for o in out.details["overlaps"] if o["contaminated"]}
         else:
-            worst = max(worst, (out.scores["max_overlap_fraction"], out.scores["max_matched_ngrams"], name))
-    print(f"\n{docs} real documents, {chars / 1e6:.1f} MB: {docs / seconds:.0f} docs/s, "
-          f"{chars / 1e6 / seconds:.1f} MB/s on one core; worst clean document: {worst}")
-    assert flagged == KNOWN_QUOTES
-    assert worst[0] < 0.3 and worst[1] < PARAMS["min_matches"]  # clean documents stay well below the limits
-    assert docs > 2000
+            worst = max(worst, (out.scores["max_overlap_fraction"], out.scores["max_matched_words"], name))
+    chars = sum(map(len, texts))
+    print(f"\n{len(texts)} real documents, {chars / 1e6:.1f} MB: {len(texts) / seconds:.0f} docs/CPU-s, "
+          f"{chars / 1e6 / seconds:.1f} MB/CPU-s; worst clean document: {worst}")
+    assert flagged == known_quotes()
+    # Clean documents stay below the rule. The closest: an ABC science story holding "can be used to make a
+    # new" of OpenBookQA's "Acid can be used to make a new substance" (6 of 8 words), and Cleveland's 1885
+    # inaugural quoting Jefferson's maxim with changes (11 of 15).
+    assert worst[0] < PARAMS["threshold"] and worst[1] < PARAMS["min_matches"]
+    assert len(texts) > 2000
 
 
 # --- the stage -------------------------------------------------------------------------------------------
@@ -264,13 +303,13 @@ def _document(doc_id: str, text: str) -> dict:
 @pytest.mark.parametrize("action", ["drop", "flag"])
 def test_stage_writes_decisions_documents_and_contamination_table(tmp_path, monkeypatch, action):
     monkeypatch.chdir(tmp_path)
-    gsm, he = items_of("gsm8k"), items_of("humaneval")
+    gsm, he = items_of("gsm8k"), dict(items_of("humaneval"))
     hosts = _host_documents()
     docs = [
         _document("clean-book", hosts["gutenberg"]),
         _document("clean-wiki", hosts["wikitext"]),
-        _document("gsm-wrapped", _embed(hosts["news"], "\n".join(textwrap.wrap(gsm["12"], 40)))),
-        _document("two-items", _embed(hosts["wikitext"], he["HumanEval/5"] + "\n\n" + gsm["3"].lower())),
+        _document("gsm-wrapped", _embed(hosts["news"], "\n".join(textwrap.wrap(gsm[12][1], 40)))),
+        _document("two-items", _embed(hosts["wikitext"], he["HumanEval/5"] + "\n\n" + gsm[3][1].lower())),
         _document("empty", ""),
     ]
     schema.write_parquet(docs, schema.DOCUMENT, tmp_path / "data" / "quality" / "documents" / "x.parquet")
@@ -296,13 +335,23 @@ def test_stage_writes_decisions_documents_and_contamination_table(tmp_path, monk
     assert counts["in"] == 5 and counts["out"] == len(kept)
 
     table = pq.read_table(out / "contamination" / "contamination.parquet")
+    assert table.schema.names[:8] == ["doc_id", "benchmark", "item_id", "matched_ngrams", "item_ngrams",
+                                      "overlap_fraction", "contaminated", "action"]  # what the lineage reads
     rows = table.to_pylist()
     assert {(r["doc_id"], r["benchmark"], r["item_id"]) for r in rows if r["contaminated"]} == {
-        ("gsm-wrapped", "gsm8k", "12"), ("two-items", "humaneval", "HumanEval/5"), ("two-items", "gsm8k", "3")}
-    assert all(r["overlap_fraction"] == 1.0 and r["matched_ngrams"] == r["item_ngrams"] for r in rows)
+        ("gsm-wrapped", "gsm8k", gsm[12][0]), ("two-items", "humaneval", "HumanEval/5"),
+        ("two-items", "gsm8k", gsm[3][0])}
+    for r in rows:
+        if r["contaminated"]:  # whole copies: every word and every seed n-gram of the item
+            assert r["overlap_fraction"] == 1.0 and r["matched_words"] == r["item_words"] >= 8
+            assert r["matched_ngrams"] >= r["item_ngrams"] > 0
+        else:  # near misses only: half the rule or more
+            assert r["overlap_fraction"] >= PARAMS["threshold"] / 2 or r["matched_words"] >= PARAMS["min_matches"] / 2
     assert {r["action"] for r in rows} == {"drop" if action == "drop" else "keep"}
-    # the Python path over the same decisions gives the same rows
-    assert contamination_rows(pq.read_table(out / "decisions" / "x.parquet")) == rows
+    # the table holds exactly the overlaps of the decisions' details
+    detailed = {(d["doc_id"], o["benchmark"], o["item_id"], o["matched_words"])
+                for d in decisions.values() if d["details"] for o in json.loads(d["details"])["overlaps"]}
+    assert {(r["doc_id"], r["benchmark"], r["item_id"], r["matched_words"]) for r in rows} == detailed
     assert manifest["contamination"]["contaminated_documents"] == 2
     assert manifest["params"]["benchmarks"][0]["name"] == "gsm8k"
 

@@ -1,7 +1,8 @@
 """The one loop for per-document stages: read a document shard, decide per document, write two shards.
 
 A stage supplies a processor: a class built once per worker from the stage's params, called on each
-document, returning an Outcome. This module does the rest the same way for every such stage: the executor,
+document, returning an Outcome (or, with a `batch` method, given all of a shard's documents and yielding
+their Outcomes in order). This module does the rest the same way for every such stage: the executor,
 one decision row per input document (contract 3), kept and modified documents written with their doc_id
 unchanged (contract 2), counts and the manifest (contracts 4-6).
 """
@@ -56,8 +57,10 @@ def process_shard(task: ShardTask) -> dict:
     table = pq.read_table(task.input_path)
     kept, decisions = [], []
     counts: Counter[str] = Counter()
-    for doc in table.to_pylist():
-        out = proc(doc)
+    docs = table.to_pylist()
+    # A processor may decide a shard's documents together (`batch`: an iterator of outcomes in order).
+    outcomes = proc.batch(docs) if hasattr(proc, "batch") else map(proc, docs)
+    for doc, out in zip(docs, outcomes, strict=True):
         decisions.append(schema.decision(doc["doc_id"], task.stage, out.action, out.reason, out.scores, out.details))
         counts[f"{out.action}:{out.reason}"] += 1
         if out.action == "modify":

@@ -1,13 +1,14 @@
-"""Benchmark decontamination: index benchmark items' normalised word n-grams, find them in documents.
+"""Benchmark decontamination: index benchmark items as normalised word sequences, align documents to them.
 
-readers.py reads benchmark files, ngrams.py normalises and hashes, stage.py holds the per-document
-processor, the contamination table and the stage entry point.
+readers.py reads benchmark files and names items (`item_id`), ngrams.py normalises, hashes and aligns,
+stage.py holds the per-document processor, the contamination table and the stage entry point.
 """
 
-from tokenmill.decontam.ngrams import NgramIndex, normalize
-from tokenmill.decontam.readers import READERS, read_benchmark
+from tokenmill.decontam.ngrams import Matches, NgramIndex, normalize, text_hashes
+from tokenmill.decontam.readers import READERS, item_id, read_benchmark, read_items
 from tokenmill.decontam.stage import (CONTAMINATION, DecontamProcessor, benchmark_digests, build_index,
-                                      contamination_rows, run_decontaminate, write_contamination)
+                                      run_decontaminate, write_contamination)
 
-__all__ = ["CONTAMINATION", "DecontamProcessor", "NgramIndex", "READERS", "benchmark_digests", "build_index",
-           "contamination_rows", "normalize", "read_benchmark", "run_decontaminate", "write_contamination"]
+__all__ = ["CONTAMINATION", "DecontamProcessor", "Matches", "NgramIndex", "READERS", "benchmark_digests",
+           "build_index", "item_id", "normalize", "read_benchmark", "read_items", "run_decontaminate",
+           "text_hashes", "write_contamination"]

@@ -1,9 +1,10 @@
 """The decontaminate stage: drop (or flag) documents that contain benchmark items, and table every overlap.
 
-A document is contaminated by an item when it holds at least `threshold` of the item's distinct n-grams
-(a copy of most of the item, however re-wrapped or re-cased) or at least `min_matches` of them (a long
-verbatim run from a long item: a BoolQ passage, a LAMBADA context, a HumanEval function, even if the rest
-of the item is missing). Defaults and why are in conf/decontaminate/default.yaml.
+A document is contaminated by an item when, aligned with one of the item's forms (ngrams.NgramIndex), it
+matches at least `threshold` of the form's words (a copy of most of the item, however re-wrapped, re-cased
+or lightly edited, or of its prompt alone) or at least `min_matches` words (a long run from a long item:
+a BoolQ passage, a LAMBADA context, a HumanEval function, even if the rest of the item is missing).
+Defaults and why are in conf/decontaminate/default.yaml.
 """
 
 from __future__ import annotations
@@ -11,34 +12,43 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from tokenmill import schema
-from tokenmill.decontam.ngrams import NgramIndex, normalize
-from tokenmill.decontam.readers import benchmark_path, read_benchmark
+from tokenmill.decontam.ngrams import NgramIndex, _prepare, hash_texts
+from tokenmill.decontam.readers import benchmark_path, read_items
 from tokenmill.docstage import Outcome, map_document_shards
 from tokenmill.runtime import StageRun, merge_params, sha1_file, tree_digest
 
 STAGE = "decontaminate"
-DEFAULTS = {"ngram": 13, "min_item_words": 8, "threshold": 0.5, "min_matches": 20, "action": "drop",
-            "benchmarks": []}
+DEFAULTS = {"ngram": 5, "min_item_words": 8, "threshold": 0.8, "min_matches": 32, "template_items": 10,
+            "slack": 8, "action": "drop", "benchmarks": []}
 
-# One row per (document, benchmark item) sharing at least one n-gram: the table auditors join on doc_id.
+# One row per (document, benchmark item) overlap that meets the rule, or half of it (at most MAX_NEAR_MISSES
+# of those per document): the table auditors join on doc_id. item_id is
+# readers.item_id(benchmark, record), the name the evaluation stage gives the same item.
 CONTAMINATION = pa.schema(
     [
         ("doc_id", pa.string()),
         ("benchmark", pa.string()),
         ("item_id", pa.string()),
-        ("matched_ngrams", pa.int64()),
-        ("item_ngrams", pa.int64()),
-        ("overlap_fraction", pa.float64()),
+        ("matched_ngrams", pa.int64()),  # seed n-grams of the item found in the document on its diagonals
+        ("item_ngrams", pa.int64()),  # seed n-grams of the item's matched form
+        ("overlap_fraction", pa.float64()),  # matched_words / item_words
         ("contaminated", pa.bool_()),  # this overlap alone meets the rule (threshold or min_matches)
         ("action", pa.string()),  # the document's decision at this stage: drop, or keep when flagging
+        ("matched_words", pa.int64()),  # words of the item's form the aligned document repeats
+        ("item_words", pa.int64()),  # the form's words, template words excluded
     ]
 )
+# Near misses (half the rule: fraction >= threshold / 2 or matched words >= min_matches / 2) recorded per
+# document besides the contaminating overlaps, the strongest first.
+MAX_NEAR_MISSES = 20
+# Characters of documents matched together: a batch costs about as many numpy calls as one document.
+BATCH_CHARS = 1 << 18
 
 
 def resolve_params(params: Mapping[str, Any]) -> dict:
@@ -47,8 +57,11 @@ def resolve_params(params: Mapping[str, Any]) -> dict:
         raise ValueError(f"decontaminate: action must be drop or flag, got {p['action']!r}")
     if not 0 < float(p["threshold"]) <= 1:
         raise ValueError(f"decontaminate: threshold must be in (0, 1], got {p['threshold']!r}")
-    if int(p["ngram"]) < 1 or int(p["min_item_words"]) < 1 or int(p["min_matches"]) < 1:
-        raise ValueError("decontaminate: ngram, min_item_words and min_matches must be positive")
+    for key in ("ngram", "min_item_words", "min_matches", "template_items"):
+        if int(p[key]) < 1:
+            raise ValueError(f"decontaminate: {key} must be positive, got {p[key]!r}")
+    if int(p["slack"]) < 0:
+        raise ValueError(f"decontaminate: slack must be >= 0, got {p['slack']!r}")
     return p
 
 
@@ -57,14 +70,15 @@ def build_index(params: Mapping[str, Any]) -> NgramIndex:
     for spec in p["benchmarks"]:  # every path checked before any is read: one clear line for a missing one
         benchmark_path(spec)
     started = time.perf_counter()
-    items = (it for spec in p["benchmarks"] for it in read_benchmark(spec))
-    index = NgramIndex.build(items, n=int(p["ngram"]), min_item_words=int(p["min_item_words"]))
+    items = (it for spec in p["benchmarks"] for it in read_items(spec))
+    index = NgramIndex.build(items, n=int(p["ngram"]), min_item_words=int(p["min_item_words"]),
+                             template_items=int(p["template_items"]), slack=int(p["slack"]))
     index.stats["build_seconds"] = round(time.perf_counter() - started, 3)
     return index
 
 
 class DecontamProcessor:
-    """Built once per worker (the index is rebuilt there: a few seconds for ~50k items), called per document."""
+    """Built once per worker (the index is rebuilt there: seconds for ~50k items), called per document."""
 
     def __init__(self, params: Mapping[str, Any]):
         p = resolve_params(params)
@@ -74,40 +88,64 @@ class DecontamProcessor:
         self.index = build_index(p)
 
     def __call__(self, doc: Mapping[str, Any]) -> Outcome:
-        items, matched, ngrams = self.index.match(normalize(doc["text"] or ""))
-        if not len(items):
-            return Outcome("keep", "clean", {"max_overlap_fraction": 0.0, "max_matched_ngrams": 0.0,
-                                             "matched_items": 0.0})
-        frac = matched / ngrams
-        bad = (frac >= self.threshold) | (matched >= self.min_matches)
-        scores = {"max_overlap_fraction": round(float(frac.max()), 6),
-                  "max_matched_ngrams": float(matched.max()),
-                  "matched_items": float(bad.sum())}
-        overlaps = []
-        for i in np.lexsort((items, -frac)):  # most overlapped first; ties in item order
-            bench, item_id = self.index.items[items[i]]
-            overlaps.append({"benchmark": bench, "item_id": item_id, "matched_ngrams": int(matched[i]),
-                             "item_ngrams": int(ngrams[i]),
-                             "overlap_fraction": round(float(frac[i]), 6), "contaminated": bool(bad[i])})
-        # Overlaps below the rule are recorded too (they are evidence an auditor may weigh differently).
-        details = {"overlaps": overlaps}
-        if not bad.any():
-            return Outcome("keep", "clean", scores, details)
-        if self.flag:
-            return Outcome("keep", "flagged_contaminated", scores, details)
-        return Outcome("drop", "contaminated", scores, details)
+        return next(self.batch([doc]))
 
+    def batch(self, docs: Iterable[Mapping[str, Any]]) -> Iterator[Outcome]:
+        """Outcomes of documents in order, matched BATCH_CHARS characters at a time (docstage calls this
+        with a shard's documents when a processor has it)."""
+        chunk: list[str] = []
+        size = 0
+        for doc in docs:
+            text = _prepare(doc["text"] or "")
+            if chunk and size + len(text) > BATCH_CHARS:
+                yield from self._outcomes(chunk)
+                chunk, size = [], 0
+            chunk.append(text)
+            size += len(text)
+        if chunk:
+            yield from self._outcomes(chunk)
 
-def contamination_rows(decisions: pa.Table) -> list[dict]:
-    """Every overlap in a decisions table (schema.DECISION, details JSON) as CONTAMINATION rows."""
-    rows = []
-    for doc_id, action, details in zip(*(decisions.column(c).to_pylist() for c in ("doc_id", "action", "details"))):
-        if not details:
-            continue
-        for o in json.loads(details).get("overlaps", []):
-            rows.append({"doc_id": doc_id, "action": action, **{k: o[k] for k in CONTAMINATION.names if k in o}})
-    rows.sort(key=lambda r: (r["doc_id"], r["benchmark"], r["item_id"]))
-    return rows
+    def _outcomes(self, prepared: list[str]) -> Iterator[Outcome]:
+        hashes, counts = hash_texts(prepared)
+        m = self.index.match_many(hashes, counts)
+        bounds = np.searchsorted(m.docs, np.arange(len(prepared) + 1)).tolist()
+        # Python lists: a document matches a handful of items, where numpy's per-call cost would dominate.
+        items, matched, size = m.items.tolist(), m.matched.tolist(), m.size.tolist()
+        seeds, form_seeds = m.seeds.tolist(), m.form_seeds.tolist()
+        for j in range(len(prepared)):
+            lo, hi = bounds[j], bounds[j + 1]
+            if lo == hi:
+                yield Outcome("keep", "clean", {"max_overlap_fraction": 0.0, "max_matched_words": 0.0,
+                                                "matched_items": 0.0})
+                continue
+            rows = range(lo, hi)
+            frac = {i: matched[i] / size[i] for i in rows}
+            bad = {i: frac[i] >= self.threshold or matched[i] >= self.min_matches for i in rows}
+            scores = {"max_overlap_fraction": round(max(frac.values()), 6),
+                      "max_matched_words": float(max(matched[lo:hi])), "matched_items": float(sum(bad.values()))}
+            # Contaminating overlaps, and near misses (half the rule) an auditor may weigh differently, the
+            # strongest first: most documents share a seed n-gram or two with some item, not evidence.
+            near = [i for i in rows if not bad[i] and (frac[i] >= self.threshold / 2
+                                                       or matched[i] >= self.min_matches / 2)]
+            hits = [i for i in rows if bad[i]]
+            if not hits and not near:
+                yield Outcome("keep", "clean", scores)
+                continue
+            strongest = (lambda i: (-frac[i], items[i]))
+            overlaps = []
+            for i in sorted(hits, key=strongest) + sorted(near, key=strongest)[:MAX_NEAR_MISSES]:
+                bench, item_id = self.index.items[items[i]]
+                overlaps.append({"benchmark": bench, "item_id": item_id,
+                                 "matched_ngrams": seeds[i], "item_ngrams": form_seeds[i],
+                                 "matched_words": matched[i], "item_words": size[i],
+                                 "overlap_fraction": round(frac[i], 6), "contaminated": bad[i]})
+            details = {"overlaps": overlaps}
+            if not hits:
+                yield Outcome("keep", "clean", scores, details)
+            elif self.flag:
+                yield Outcome("keep", "flagged_contaminated", scores, details)
+            else:
+                yield Outcome("drop", "contaminated", scores, details)
 
 
 def write_contamination(stage_out_dir: str | Path) -> dict:
@@ -129,13 +167,15 @@ def write_contamination(stage_out_dir: str | Path) -> dict:
                 SELECT doc_id, action,
                        unnest(from_json(details, '{{"overlaps": [{{"benchmark": "VARCHAR", "item_id": "VARCHAR",
                            "matched_ngrams": "BIGINT", "item_ngrams": "BIGINT", "overlap_fraction": "DOUBLE",
-                           "contaminated": "BOOLEAN"}}]}}').overlaps) AS x
+                           "contaminated": "BOOLEAN", "matched_words": "BIGINT",
+                           "item_words": "BIGINT"}}]}}').overlaps) AS x
                 FROM read_parquet({files})
                 WHERE details IS NOT NULL
             )
             SELECT doc_id, x.benchmark AS benchmark, x.item_id AS item_id, x.matched_ngrams AS matched_ngrams,
                    x.item_ngrams AS item_ngrams, x.overlap_fraction AS overlap_fraction,
-                   x.contaminated AS contaminated, action
+                   x.contaminated AS contaminated, action, x.matched_words AS matched_words,
+                   x.item_words AS item_words
             FROM o ORDER BY doc_id, benchmark, item_id
         """
         table = con.sql(query).to_arrow_table()
