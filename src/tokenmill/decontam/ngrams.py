@@ -1,24 +1,25 @@
-"""Normalised word n-grams and the benchmark n-gram index.
+"""Normalised words, the benchmark index, and alignment of documents with benchmark items.
 
 Normalisation: Unicode NFKC, lower case, apostrophes deleted ("don't" -> "dont", "Janet's" -> "janets"),
-every other punctuation or symbol character (Unicode categories P* and S*) replaced by a space, then split
-on whitespace. Replacing rather than deleting makes "well-known", "well - known", WikiText's
+every other punctuation or symbol character (Unicode categories P* and S*) a space, then words are the runs
+between spaces. Replacing rather than deleting makes "well-known", "well - known", WikiText's
 "well @-@ known" and a line wrapped at the hyphen all the same two words (WikiText's "fox 's" is rejoined
-to "fox's"). Newlines are whitespace, so text re-wrapped into short lines or re-cased gives the same words
-as the original. Scripts written without spaces (Chinese, Japanese, Thai, Lao, Khmer, Myanmar) count each
-character as a word, so a line break inside a sentence does not split a "word".
+to "fox's"). Newlines are whitespace, so text re-wrapped into short lines, split into paragraphs or
+re-cased gives the same words as the original. Scripts written without spaces (Chinese, Japanese, Thai,
+Lao, Khmer, Myanmar) count each character as a word, so a line break inside a sentence does not split a
+"word".
 
 A copy that lost its punctuation another way ("dik-dik" -> "dikdik", "3*3=9" -> "339", "don't" -> "don t")
 does not give the words above, so each item is indexed in up to five forms (`item_forms`): punctuation as
 spaces; deleted; ASCII punctuation deleted; every non-word character deleted (combining marks too) but
-underscores kept; as spaces, apostrophes included.
-An item's overlap is that of its best-matched form. Documents are normalised once, the first way: a
-document already stripped of punctuation reads the same whichever way it is normalised.
+underscores kept; as spaces, apostrophes included. An item's overlap is that of its best-matched form.
+Documents are normalised once, the first way: a document already stripped of punctuation reads the same
+whichever way it is normalised.
 
-Hashing: each word gets a 64-bit xxh3 hash; an n-gram's hash is the polynomial
-h(w1..wk) = sum h(wi) * P^(k-i) mod 2^64, computed for all k-grams of a document with k vector operations
-(H_k = H_(k-1)[:-1] * P + h[k-1:]), so the n-grams of every length the index needs come in one pass.
-Word hashes are stable across processes and machines, so index and documents may be hashed anywhere.
+Hashing, in numpy over a batch of texts (no Python per word): a word's 64-bit hash is a polynomial over its
+code points from one cumulative sum (_hash_words); an n-gram's hash is h(w1..wn) = sum h(wi) * P^(n-i)
+mod 2^64 (window_hashes). Hashes are stable across processes and machines, so index and documents may be
+hashed anywhere. Matching (NgramIndex) is seed and extend: see there.
 """
 
 from __future__ import annotations
@@ -95,10 +96,12 @@ def _prepare(text: str) -> str:
 # measured on 4,000-character WikiText documents, str.translate with the mode's dict took 166 µs per
 # document and a regex over the punctuation classes 1,062 µs; this path about 20 µs.
 
+_BIT = np.array([1 << i for i in range(8)], np.uint8)
 KEEP, SPACE, DELETE, ISOLATE, ELSEWHERE = 0, 1, 2, 3, 4  # ELSEWHERE: above the plane, looked up one by one
 _NO_SPACE_RANGES = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF), (0x3400, 0x4DBF),
                     (0x4E00, 0x9FFF), (0xF900, 0xFAFF))  # _NO_SPACES within the plane
-_BATCH_CHARS = 1 << 20  # texts per segmentation call, joined: ~25 bytes of arrays per character
+_BATCH_CHARS = 1 << 18  # characters per segmentation call (texts joined): ~40 bytes of arrays per character
+_WHITESPACE = re.compile(r"\s")
 
 
 @lru_cache(maxsize=len(MODES))
@@ -134,9 +137,9 @@ def _action_above(cp: int, mode: str) -> int:
     return ISOLATE if _NO_SPACES.match(ch) else KEEP
 
 
-def _segment(joined: str, mode: str, positions: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(code points of the word characters, in order; length of each word; with `positions`, where each
-    word's first character is in `joined`) for prepared text."""
+def _segment(joined: str, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """(code points left after deletions; start and end (exclusive) of each word in them; where each kept
+    code point was in `joined`, or None when nothing was deleted) for prepared text."""
     ascii_only = joined.isascii()
     if ascii_only:  # no script without spaces and nothing above the plane: fewer passes
         cp = np.frombuffer(joined.encode("ascii"), np.uint8)
@@ -152,76 +155,99 @@ def _segment(joined: str, mode: str, positions: bool = False) -> tuple[np.ndarra
             distinct, inverse = np.unique(cp[above], return_inverse=True)
             act = act.copy()
             act[above] = np.array([_action_above(c, mode) for c in distinct.tolist()], np.uint8)[inverse]
-    where = np.arange(len(cp)) if positions else None
+    where = None
     few = _few_deleted(mode)  # a str search for them is cheaper than a pass over the array
-    if (any(c in joined for c in few) if few is not None else (act == DELETE).any()):
+    if any(c in joined for c in few) if few is not None else (act == DELETE).any():
         # "don't" -> "dont": the word continues across a deleted character
-        keep = act != DELETE
-        cp, act = cp[keep], act[keep]
-        where = where[keep] if positions else None
+        keep = np.flatnonzero(act != DELETE)
+        cp, act, where = cp[keep], act[keep], keep
     word = act != SPACE
-    start = word.copy()
+    start, end = word.copy(), word.copy()
     start[1:] &= ~word[:-1]
+    end[:-1] &= ~word[1:]
     if not ascii_only:  # a character of a script without spaces is a word of its own
         iso = act == ISOLATE
-        start[1:] |= word[1:] & (iso[1:] | iso[:-1])
-    starts = np.flatnonzero(start)
-    inside = np.flatnonzero(word)
-    lengths = np.diff(np.append(np.searchsorted(inside, starts), len(inside)))
-    return cp[inside], lengths, (where[starts] if positions else None)
+        if iso.any():
+            start[1:] |= word[1:] & (iso[1:] | iso[:-1])
+            end[:-1] |= word[:-1] & (iso[:-1] | iso[1:])
+    return cp, np.flatnonzero(start), np.flatnonzero(end) + 1, where
 
 
-@lru_cache(maxsize=8)
-def _char_powers(n: int) -> np.ndarray:
-    """K * Q^i mod 2^64 for i < n (n a power of two)."""
-    out = np.empty(n, np.uint64)
-    out[0] = _CHAR_K
+@lru_cache(maxsize=4)
+def _char_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(K * Q^i, Q^-i) mod 2^64 for i < n (n a power of two)."""
+    fwd, inv = np.empty(n, np.uint64), np.empty(n, np.uint64)
+    fwd[0], inv[0] = _CHAR_K, 1
     if n > 1:  # unsigned multiplication wraps modulo 2^64, as intended
-        out[1:] = np.multiply.accumulate(np.full(n - 1, _CHAR_Q, np.uint64)) * np.uint64(_CHAR_K)
-    out.setflags(write=False)
-    return out
+        fwd[1:] = np.multiply.accumulate(np.full(n - 1, _CHAR_Q, np.uint64)) * np.uint64(_CHAR_K)
+        inv[1:] = np.multiply.accumulate(np.full(n - 1, pow(_CHAR_Q, -1, 1 << 64), np.uint64))
+    fwd.setflags(write=False)
+    inv.setflags(write=False)
+    return fwd, inv
 
 
 _CHAR_K, _CHAR_Q = 0x2545F4914F6CDD1D, 0x5851F42D4C957F2D  # odd constants of the word hash
 
 
-def _hash_words(chars: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """64-bit hash of each word: a mix of sum (cp_i + 1) * K * Q^i + length, i the position in the word."""
-    if not len(lengths):
+def _hash_words(cp: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """64-bit hash of each word cp[starts[i]:ends[i]]: sum cp_j * K * Q^(j - start) + length, then mixed.
+    One cumulative sum serves every word: a word's sum is the difference of two prefix sums, times
+    Q^-start (Q is odd, so invertible mod 2^64). Three passes over the characters, where a sum per word
+    (np.add.reduceat over per-word positions) took eight."""
+    if not len(starts):
         return np.empty(0, np.uint64)
-    offsets = np.zeros(len(lengths), np.int64)
-    np.cumsum(lengths[:-1], out=offsets[1:])
-    pos = np.arange(len(chars)) - np.repeat(offsets, lengths)
-    powers = _char_powers(1 << int(lengths.max() - 1).bit_length())
-    h = np.add.reduceat((chars.astype(np.uint64) + np.uint64(1)) * powers[pos], offsets)
-    h += lengths.astype(np.uint64)
+    fwd, inv = _char_powers(1 << max(len(cp) - 1, 1).bit_length())
+    prefix = np.empty(len(cp) + 1, np.uint64)
+    prefix[0] = 0
+    np.cumsum(cp * fwd[:len(cp)], out=prefix[1:])  # uint32 * uint64 -> uint64, wrapping modulo 2^64
+    h = (prefix[ends] - prefix[starts]) * inv[starts]
+    h += (ends - starts).astype(np.uint64)
     h ^= h >> np.uint64(31)  # one round of a 64-bit mixer: every bit of the sum reaches the top bits
     h *= np.uint64(0xBF58476D1CE4E5B9)
     h ^= h >> np.uint64(29)
     return h
 
 
-def _batches(texts: list[str]) -> Iterable[tuple[int, int]]:
-    """[lo, hi) ranges of texts of about _BATCH_CHARS characters together (a longer text alone)."""
-    lo, size = 0, 0
-    for i, t in enumerate(texts):
-        if size and size + len(t) > _BATCH_CHARS:
-            yield lo, i
-            lo, size = i, 0
-        size += len(t) + 1
-    if lo < len(texts):
-        yield lo, len(texts)
+def _pieces(text: str) -> list[str]:
+    """A text cut at whitespace into pieces of at most about _BATCH_CHARS characters (a run without
+    whitespace longer than that stays whole); whitespace separates words in every mode."""
+    out, start = [], 0
+    while len(text) - start > _BATCH_CHARS:
+        cut = max(text.rfind(" ", start, start + _BATCH_CHARS), text.rfind("\n", start, start + _BATCH_CHARS))
+        if cut <= start:
+            m = _WHITESPACE.search(text, start + _BATCH_CHARS)
+            if m is None:
+                break
+            cut = m.start()
+        out.append(text[start:cut])
+        start = cut + 1
+    out.append(text[start:])
+    return out
 
 
 def hash_texts(prepared: list[str], mode: str = "space") -> tuple[np.ndarray, np.ndarray]:
-    """(hash of every word of the prepared texts, in order; words per text), texts segmented in batches."""
+    """(hash of every word of the prepared texts, in order; words per text), texts segmented together in
+    batches of about _BATCH_CHARS characters (a longer text alone, piece by piece)."""
     hashes, counts = [], []
-    for lo, hi in _batches(prepared):
+    lo = 0
+    while lo < len(prepared):
+        if len(prepared[lo]) > _BATCH_CHARS:
+            parts = [_hash_words(*_segment(p, mode)[:3]) for p in _pieces(prepared[lo])]
+            hashes.extend(parts)
+            counts.append(np.array([sum(map(len, parts))], np.int64))
+            lo += 1
+            continue
+        hi, size = lo, 0
+        while hi < len(prepared) and len(prepared[hi]) <= _BATCH_CHARS and size + len(prepared[hi]) <= _BATCH_CHARS:
+            size += len(prepared[hi]) + 1
+            hi += 1
         joined = "\n".join(prepared[lo:hi])  # a newline is a space in every mode: words never join across
-        chars, lengths, first = _segment(joined, mode, positions=True)
-        hashes.append(_hash_words(chars, lengths))
-        ends = np.cumsum(np.fromiter(map(len, prepared[lo:hi]), np.int64, hi - lo) + 1)
-        counts.append(np.bincount(np.searchsorted(ends, first, side="right"), minlength=hi - lo)[:hi - lo])
+        cp, starts, ends, where = _segment(joined, mode)
+        hashes.append(_hash_words(cp, starts, ends))
+        first = starts if where is None else where[starts]
+        bounds = np.cumsum(np.fromiter(map(len, prepared[lo:hi]), np.int64, hi - lo) + 1)
+        counts.append(np.bincount(np.searchsorted(bounds, first, side="right"), minlength=hi - lo)[:hi - lo])
+        lo = hi
     if not hashes:
         return np.empty(0, np.uint64), np.empty(0, np.int64)
     return np.concatenate(hashes), np.concatenate(counts)
@@ -229,19 +255,14 @@ def hash_texts(prepared: list[str], mode: str = "space") -> tuple[np.ndarray, np
 
 def text_hashes(text: str, mode: str = "space") -> np.ndarray:
     """The word hashes of one text, as documents are read."""
-    prepared = _prepare(text)
-    if len(prepared) > _BATCH_CHARS:
-        return hash_texts([prepared], mode)[0]
-    chars, lengths, _ = _segment(prepared, mode)
-    return _hash_words(chars, lengths)
+    return hash_texts([_prepare(text)], mode)[0]
 
 
 def normalize(text: str, mode: str = "space") -> list[str]:
     """The normalised words of `text` (what text_hashes hashes), as strings."""
-    chars, lengths, _ = _segment(_prepare(text), mode)
-    flat = chars.astype(np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-    ends = np.cumsum(lengths).tolist()
-    return [flat[e - n:e] for e, n in zip(ends, lengths.tolist())]
+    cp, starts, ends, _ = _segment(_prepare(text), mode)
+    flat = cp.astype(np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+    return [flat[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def item_forms(texts: list[str]) -> list[list[np.ndarray]]:
@@ -332,6 +353,7 @@ class NgramIndex:
         slots = (self.keys >> self._shift).astype(np.int64)
         self._filter = np.zeros(1 << (bits - 3), dtype=np.uint8)
         np.bitwise_or.at(self._filter, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
+        self._specific_hash = np.where(self.specific, self.word_hash, np.uint64(0))
         # The lookup: keys are sorted, so the keys whose top `bucket_bits` bits are b are
         # keys[bucket[b]:bucket[b + 1]], about one each; two memory accesses per query where a binary
         # search over all keys makes ~20, most of them cache misses.
@@ -343,7 +365,8 @@ class NgramIndex:
     def _maybe(self, grams: np.ndarray) -> np.ndarray:
         """Positions of the n-grams that may be seeds (all seeds, and ~3% of others)."""
         slot = grams >> self._shift
-        return np.flatnonzero((self._filter[slot >> np.uint64(3)] >> (slot & np.uint64(7)).astype(np.uint8)) & 1)
+        byte = self._filter[slot >> np.uint64(3)]
+        return np.flatnonzero(byte & _BIT[slot & np.uint64(7)])
 
     def _find(self, grams: np.ndarray) -> np.ndarray:
         """Index of each gram in keys, or -1."""
@@ -500,14 +523,15 @@ class NgramIndex:
         # Extend: compare every position of the form with the document's word on each distinct diagonal.
         pair = ~same_form
         pair[1:] |= diag[1:] != diag[:-1]
-        pf, pd, pc = form[pair], diag[pair], cand[pair]
-        lens = self.form_len[pf]
-        at = _segments(self.form_start[pf], lens)  # index into word_hash, per (pair, position)
+        pf, pd, pc, pdoc = form[pair], diag[pair], cand[pair], doc[pair]
+        # The form positions q whose diagonal position q + d lies inside the document: [q_lo, q_hi).
+        q_lo = np.maximum(ends[pdoc] - counts[pdoc] - pd, 0)
+        q_hi = np.minimum(ends[pdoc] - pd, self.form_len[pf])
+        lens = np.maximum(q_hi - q_lo, 0)
+        at = _segments(self.form_start[pf] + q_lo, lens)  # index into word_hash, per (pair, position)
         fq = at - np.repeat(self.form_start[pf], lens)
-        dpos = fq + np.repeat(pd, lens)
-        pdoc = np.repeat(doc[pair], lens)
-        same = (dpos >= ends[pdoc] - counts[pdoc]) & (dpos < ends[pdoc]) & self.specific[at]
-        same[same] = hashes[dpos[same]] == self.word_hash[at[same]]
+        # Template positions hold 0 in _specific_hash, which no document word hashes to (odds 2^-64).
+        same = hashes[fq + np.repeat(pd, lens)] == self._specific_hash[at]
         # A position is matched when the document has its word on any diagonal of the candidate, and a seed
         # of the candidate covers it or lies fewer than n words away: a word between two seeds, or before
         # the first one, where an edit broke every n-gram. Equal words far from any seed are chance (the,
