@@ -96,25 +96,47 @@ def bench_signatures(paras: list[str], n_slow: int) -> dict:
             for s in sh:
                 m.update(s)
 
-    # The machine may be shared: interleave the three and keep each one's fastest run.
+    previous = _previous_minhash()  # the per-document implementation this one replaced, for comparison
+    # The machine may be shared: interleave them and keep each one's fastest run.
     minhash.signatures(texts[:10])
-    t_update = t_bulk = t_ours = float("inf")
+    previous.signatures(texts[:10])
+    t_update = t_bulk = t_ours = t_prev = float("inf")
     for _ in range(2):
         t_update = min(t_update, _timed(update_loop))
         t_bulk = min(t_bulk, _timed(lambda: MinHash.bulk(shingles, num_perm=128)))
-        t_ours = min([t_ours] + [_timed(lambda: minhash.signatures(texts)) for _ in range(3)])
-    t_all = _timed(lambda: minhash.signatures(paras))
+        t_prev = min([t_prev] + [_timed(lambda: previous.signatures(texts)) for _ in range(3)])
+        t_ours = min([t_ours] + [_timed(lambda: minhash.signatures(texts)) for _ in range(5)])
+    t_all = min(_timed(lambda: minhash.signatures(paras)) for _ in range(3))
     res = {
         "docs": len(texts), "shingles_per_doc": round(n_sh / len(texts), 1),
         "datasketch_update_us_per_doc": round(t_update / len(texts) * 1e6, 1),
         "datasketch_bulk_us_per_doc": round(t_bulk / len(texts) * 1e6, 1),
         "tokenmill_us_per_doc": round(t_ours / len(texts) * 1e6, 1),
+        "previous_us_per_doc": round(t_prev / len(texts) * 1e6, 1),
         "speedup_vs_update": round(t_update / t_ours, 1), "speedup_vs_bulk": round(t_bulk / t_ours, 1),
         "tokenmill_docs_per_s_all": round(len(paras) / t_all), "all_docs": len(paras),
         "all_words_per_s": round(sum(len(p.split()) for p in paras) / t_all),
     }
     log(f"signatures: {res}")
     return res
+
+
+PREVIOUS_MINHASH = "82b73cf~1"  # the commit before signatures were batched
+
+
+def _previous_minhash():
+    """tokenmill.dedup.minhash as of PREVIOUS_MINHASH (git show), loaded as a module of its own."""
+    import importlib.util
+
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{PREVIOUS_MINHASH}:src/tokenmill/dedup/minhash.py"],
+                         capture_output=True, text=True, check=True).stdout
+    path = Path("/tmp") / f"previous_minhash_{os.getpid()}.py"
+    path.write_text(src, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("previous_minhash", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path.unlink()
+    return module
 
 
 def _timed(fn) -> float:
@@ -398,7 +420,7 @@ def bench_datatrove(paras: list[str], work: Path, python: str, workers: int) -> 
 # --- report ----------------------------------------------------------------------------------------------
 
 def markdown(r: dict, argv: list[str]) -> str:
-    s, c, k, d = r["signatures"], r["curve"], r["clustering"], r.get("datatrove")
+    s, c, k, d = r["signatures"], r["curve"], r.get("clustering"), r.get("datatrove")
     lines = [
         "## dedup (MinHash signatures, LSH clustering, datatrove comparison)",
         "",
@@ -414,7 +436,9 @@ def markdown(r: dict, argv: list[str]) -> str:
         f"| datasketch `MinHash.update` loop | {s['datasketch_update_us_per_doc']} | 1 |",
         f"| datasketch `MinHash.bulk` | {s['datasketch_bulk_us_per_doc']} | "
         f"{round(s['datasketch_update_us_per_doc'] / s['datasketch_bulk_us_per_doc'], 1)} |",
-        f"| tokenmill.dedup.minhash.signatures | {s['tokenmill_us_per_doc']} | {s['speedup_vs_update']} |",
+        f"| tokenmill, per document (before {PREVIOUS_MINHASH.split('~')[0]}) | {s['previous_us_per_doc']} | "
+        f"{round(s['datasketch_update_us_per_doc'] / s['previous_us_per_doc'], 1)} |",
+        f"| tokenmill.dedup.minhash.signatures, batched | {s['tokenmill_us_per_doc']} | {s['speedup_vs_update']} |",
         "",
         f"All {s['all_docs']} paragraphs: {s['tokenmill_docs_per_s_all']} documents/s, "
         f"{s['all_words_per_s']} words/s on one core.",
@@ -429,6 +453,8 @@ def markdown(r: dict, argv: list[str]) -> str:
     ]
     lines += [f"| {row['bin']} | {row['pairs']} | {row['candidate']} | {row['theory']} | {row['detected']} |"
               for row in c["curve"]]
+    if k is None:
+        return "\n".join(lines)
     lines += [
         "",
         f"**Clustering {k['docs']:,} documents** (synthetic signatures and band hashes in Parquet, "
@@ -502,6 +528,7 @@ def main() -> None:
     ap.add_argument("--memory-limit", default="2GB")
     ap.add_argument("--datatrove", default="/tmp/dtvenv/bin/python", help="python of a venv with datatrove")
     ap.add_argument("--skip-datatrove", action="store_true")
+    ap.add_argument("--signatures-only", action="store_true", help="signatures and detection curve only")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_dedup"))
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -516,8 +543,11 @@ def main() -> None:
         "load_before": [round(x, 1) for x in os.getloadavg()],
         "signatures": bench_signatures(long_paras, args.slow_docs),
         "curve": bench_curve(long_paras, args.pairs, args.work),
-        "clustering": bench_clustering(args.work / "synthetic", args.docs, args.memory_limit, args.workers),
     }
+    if not args.signatures_only:
+        results["clustering"] = bench_clustering(args.work / "synthetic", args.docs, args.memory_limit, args.workers)
+    else:
+        args.skip_datatrove = True
     if not args.skip_datatrove:
         results["datatrove"] = bench_datatrove(paragraphs(50), args.work / "side_by_side", args.datatrove,
                                                args.workers)
