@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tarfile
-import io
 import time
 from pathlib import Path
 
@@ -95,7 +96,6 @@ def child(name: str, work: Path) -> dict:
         # In memory: the documents already loaded, nothing written.
         m = _timed(lambda: list(proc.batch(texts)) if hasattr(proc, "batch") else [proc(d) for d in texts])
         stats = proc.index.stats
-        import shutil
         shutil.rmtree(f"data/decontaminate_{name}", ignore_errors=True)
         os.replace("data/decontaminate", f"data/decontaminate_{name}")
         return {"index_seconds": b["seconds"], "index_cpu": b["cpu_seconds"], "items": stats["items"],

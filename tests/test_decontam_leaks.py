@@ -16,7 +16,6 @@ and a page holding one moral_scenarios item is contaminated by that item alone.
 
 from __future__ import annotations
 
-import gzip
 import os
 import random
 import re

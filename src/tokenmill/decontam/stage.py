@@ -9,7 +9,6 @@ Defaults and why are in conf/decontaminate/default.yaml.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
