@@ -97,7 +97,7 @@ def _mmlu(path: Path) -> Iterator[tuple[dict, dict]]:
     for r, _, _ in read_mmlu_csv(path):
         letters = "ABCDEFGH"[:len(r["choices"])]
         subject = r["subject"].replace("_", " ")
-        options = "".join(f"\n{letter}. {c.strip()}" for letter, c in zip(letters, r["choices"]))
+        options = "".join(f"\n{letter}. {c}" for letter, c in zip(letters, r["choices"]))
         query = (f"The following are multiple choice questions (with answers) about {subject}.\n\n"
                  f"{r['question'].strip()}{options}\nAnswer:")
         yield r, {"query": query, "choices": list(letters), "gold": int(r["answer"])}

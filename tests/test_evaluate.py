@@ -1,0 +1,309 @@
+"""Evaluation with lm-eval on a tiny trained and exported model, on real benchmark files (../shared/data/eval)
+and real held-out text: prompts as lm-eval's own tasks build them, held-out perplexity per bucket against a
+direct computation, and scores that split into all and clean exactly along a contamination table made by the
+real decontaminate code from a page that copies benchmark items.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import torch
+
+from tokenmill import schema
+from tokenmill.decontam.readers import item_id, read_items
+from tokenmill.decontam.stage import CONTAMINATION, DecontamProcessor
+from tokenmill.evaluate import BenchmarkError, dirty_items, heldout_documents, load_benchmark, run_evaluation
+from tokenmill.export import export_run
+from train_helpers import PROJECT_ROOT, build_corpus, shared_text, tiny_run
+
+SEQ = 128
+LIMIT = 12
+
+
+def shared_eval() -> Path:
+    path = PROJECT_ROOT / ".." / "shared" / "data" / "eval"
+    if not path.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"shared data not found at {path} (CI=true: evaluation tests need it)")
+        pytest.skip(f"shared data not found at {path}")
+    return path.resolve()
+
+
+def specs() -> list[dict]:
+    e = shared_eval()
+    return [
+        {"name": "arc_easy", "format": "llm_foundry", "path": str(e / "llm_foundry" / "arc_easy.jsonl")},
+        {"name": "hellaswag", "format": "hellaswag", "path": str(e / "hellaswag" / "hellaswag_val_subset.jsonl")},
+        {"name": "winogrande", "format": "llm_foundry", "path": str(e / "llm_foundry" / "winogrande.jsonl")},
+        {"name": "lambada", "format": "llm_foundry", "path": str(e / "llm_foundry" / "lambada_openai.jsonl")},
+        {"name": "mmlu", "format": "mmlu_csv", "path": str(e / "mmlu" / "test" / "anatomy_test.csv")},
+        {"name": "copa", "format": "llm_foundry", "path": str(e / "llm_foundry" / "copa.jsonl")},
+        {"name": "gsm8k", "format": "gsm8k", "path": str(e / "gsm8k" / "test.jsonl")},
+        {"name": "tokenmill_heldout", "format": "tokenmill", "path": "data/sample/eval/absent.jsonl", "optional": True},
+    ]
+
+
+# Items copied into a crawled page: (benchmark, position in its file), all within the first LIMIT items.
+PLANTED = [("arc_easy", 2), ("hellaswag", 7), ("winogrande", 5), ("lambada", 1), ("mmlu", 3)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny Qwen3-layout model (QK-norm) trained 8 steps on real text, exported."""
+    from tokenmill.train.loop import train
+
+    root = build_corpus(tmp_path_factory.mktemp("eval_corpus"))
+    train(tiny_run(max_steps=8, seq_len=SEQ, global_batch=2), root, root / "run", None)
+    export_run(root / "run", root / "tokenizer" / "hf", root / "hf")
+    return root / "hf"
+
+
+def paragraphs(n: int, min_chars: int = 400) -> list[str]:
+    text = (shared_text() / "wikitext-2" / "test.txt").read_text(encoding="utf-8")
+    return [p.strip() for p in text.split("\n") if len(p.strip()) > min_chars][:n]
+
+
+@pytest.fixture(scope="module")
+def contamination(tmp_path_factory) -> tuple[Path, dict[str, set[str]]]:
+    """The contamination table of the real decontaminate processor over a page that copies the PLANTED
+    items (the reader's text: question and gold answer) between real paragraphs, and a clean page."""
+    by_name = {s["name"]: s for s in specs()}
+    planted: dict[str, set[str]] = {}
+    copies = []
+    for name, position in PLANTED:
+        _, iid, text, _ = list(read_items(by_name[name]))[position]
+        planted.setdefault(name, set()).add(iid)
+        copies.append(text)
+    prose = paragraphs(4)
+    page = "\n\n".join([prose[0], *copies, prose[1]])
+    docs = [{"doc_id": "page-copies", "text": page}, {"doc_id": "page-clean", "text": "\n\n".join(prose[2:])}]
+    benches = [s for s in specs() if s["format"] != "tokenmill"]
+    processor = DecontamProcessor({"benchmarks": benches})
+    rows = []
+    for doc, outcome in zip(docs, processor.batch(docs)):
+        for overlap in (outcome.details or {}).get("overlaps", []):
+            rows.append({"doc_id": doc["doc_id"], "action": outcome.action, **overlap})
+    path = tmp_path_factory.mktemp("contamination") / "contamination.parquet"
+    schema.write_parquet(rows, CONTAMINATION, path)
+    return path, planted
+
+
+@pytest.fixture(scope="module")
+def heldout_rows() -> list[dict]:
+    gutenberg = sorted((shared_text() / "gutenberg").rglob("*.txt*"))
+    assert gutenberg, "no Gutenberg text"
+    rows = [{"doc_id": f"wiki-{i}", "bucket": "reference", "text": p} for i, p in enumerate(paragraphs(3))]
+    # A short document: one rolling window, so its log-likelihood can be recomputed by hand below.
+    rows.append({"doc_id": "wiki-short", "bucket": "reference", "text": paragraphs(40, 150)[-1][:200]})
+    book = _read(gutenberg[0]).replace("\r\n", "\n")  # Gutenberg files have CRLF line ends
+    books = [p.strip() for p in book.split("\n\n") if len(p.strip()) > 300][10:13]
+    assert len(books) == 3
+    rows += [{"doc_id": f"book-{i}", "bucket": "web/high", "text": p} for i, p in enumerate(books)]
+    rows += [{"doc_id": "blank", "bucket": "reference", "text": "  \n"},
+             {"doc_id": "gone", "bucket": "web/high", "text": None}]
+    return rows
+
+
+def _read(path: Path) -> str:
+    import gzip
+
+    data = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    return data.decode("utf-8", errors="replace")
+
+
+@pytest.fixture(scope="module")
+def evaluation(model_dir, contamination, heldout_rows, tmp_path_factory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("eval") / "evaluate"
+    result = run_evaluation(model_dir, specs(), heldout_rows, contamination[0], out, limit=LIMIT, batch_size=8)
+    return result, out
+
+
+def _samples(out: Path, results: dict, name: str) -> list[dict]:
+    task = f"tm_bench_{name}"
+    assert results["samples"][task] == f"samples/{task}.jsonl"
+    return [json.loads(line) for line in (out / "samples" / f"{task}.jsonl").read_text().splitlines()]
+
+
+def test_clean_and_all_scores_split_exactly_along_the_contamination_table(evaluation, contamination):
+    result, out = evaluation
+    results = result["results"]
+    table_dirty = dirty_items(contamination[0])
+    planted = contamination[1]
+    # The real decontaminate code found every copied item. It may name more: HellaSwag items sharing the
+    # copied item's context are contaminated by its prompt alone.
+    assert set(table_dirty) == set(planted) and all(planted[b] <= table_dirty[b] for b in planted)
+    for name in ("arc_easy", "hellaswag", "winogrande", "lambada", "mmlu", "copa"):
+        bench, samples = results["benchmarks"][name], _samples(out, results, name)
+        ids = [s["item_id"] for s in samples]
+        assert len(ids) == len(set(ids)) == bench["items"]
+        assert planted.get(name, set()) <= set(ids), f"{name}: a planted item was not scored"
+        dirty = table_dirty.get(name, set()) & set(ids)
+        assert bench["dirty_items_not_evaluated"] == len(table_dirty.get(name, set()) - set(ids))
+        assert {s["item_id"] for s in samples if s["dirty"]} == dirty
+        assert bench["dirty_items"] == len(dirty) and bench["clean_items"] == len(ids) - len(dirty)
+        for metric, score in bench["metrics"].items():
+            values = [s[metric] for s in samples]
+            clean = [s[metric] for s in samples if s["item_id"] not in dirty]
+            assert score["all"] == pytest.approx(sum(values) / len(values), abs=1e-6)
+            assert score["all"] == pytest.approx(bench["lm_eval"][metric], abs=1e-6)  # lm-eval's own aggregate
+            assert score["clean"] == pytest.approx(sum(clean) / len(clean), abs=1e-6)
+            assert score["difference"] == pytest.approx(score["all"] - score["clean"], abs=2e-6)
+            if dirty:
+                n, nd, nc = len(values), len(dirty), len(clean)
+                mean = sum(values) / n
+                s = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+                assert score["difference_stderr"] == pytest.approx(nd / n * s * math.sqrt(1 / nd + 1 / nc), abs=1e-6)
+                assert score["dirty"] == pytest.approx(
+                    sum(x[metric] for x in samples if x["item_id"] in dirty) / nd, abs=1e-6)
+            else:
+                assert score["difference"] == 0.0 and score["dirty"] is None
+    assert results["benchmarks"]["copa"]["dirty_items"] == 0
+
+
+def test_per_item_logs_agree_with_their_loglikelihoods(evaluation):
+    result, out = evaluation
+    results = result["results"]
+    for name in ("arc_easy", "hellaswag", "mmlu", "copa", "winogrande"):
+        docs = {d["item_id"]: d for d in load_benchmark(next(s for s in specs() if s["name"] == name), LIMIT).docs}
+        for s in _samples(out, results, name):
+            lls = s["loglikelihoods"]
+            assert s["gold"] == docs[s["item_id"]]["gold"]
+            assert s["acc"] == float(max(range(len(lls)), key=lls.__getitem__) == s["gold"])
+            if "acc_norm" in s:  # lm-eval normalises by the characters of the choice
+                norm = [ll / len(c) for ll, c in zip(lls, docs[s["item_id"]]["choices"])]
+                assert s["acc_norm"] == float(max(range(len(norm)), key=norm.__getitem__) == s["gold"])
+
+
+def test_prompts_are_lm_evals(model_dir, evaluation):
+    """ARC's gold log-likelihood in the logs equals the model's own on "Question: ...\\nAnswer: <choice>";
+    HellaSwag documents equal lm-eval's built-in hellaswag preprocessing; MMLU's lm-eval's template."""
+    import datasets
+    from lm_eval.tasks.hellaswag.utils import process_docs
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    result, out = evaluation
+    first = json.loads((shared_eval() / "llm_foundry" / "arc_easy.jsonl").read_text().splitlines()[0])
+    sample = _samples(out, result["results"], "arc_easy")[0]
+    assert sample["item_id"] == item_id("arc_easy", first)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    context = first["query"] + "\nAnswer:"
+    whole = tok(context + " " + first["choices"][first["gold"]])["input_ids"]
+    n_ctx = len(tok(context)["input_ids"])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([whole])).logits.float(), -1)[0]
+    expected = sum(float(logp[i - 1, whole[i]]) for i in range(n_ctx, len(whole)))
+    assert sample["loglikelihoods"][first["gold"]] == pytest.approx(expected, abs=1e-3)
+
+    hs_spec = next(s for s in specs() if s["name"] == "hellaswag")
+    records = [json.loads(line) for line in Path(hs_spec["path"]).read_text().splitlines()[:5]]
+    theirs = process_docs(datasets.Dataset.from_list(records))
+    ours = load_benchmark(hs_spec, 5).docs
+    assert [(d["query"], d["choices"], d["gold"]) for d in ours] == [(t["query"], t["choices"], t["gold"]) for t in theirs]
+
+    mmlu = load_benchmark(next(s for s in specs() if s["name"] == "mmlu"), 1).docs[0]
+    import csv
+
+    with open(shared_eval() / "mmlu" / "test" / "anatomy_test.csv", encoding="utf-8", newline="") as f:
+        row = list(csv.reader(f))[1]
+    assert mmlu["query"] == ("The following are multiple choice questions (with answers) about anatomy.\n\n"
+                             f"{row[0].strip()}\nA. {row[1]}\nB. {row[2]}\nC. {row[3]}\nD. {row[4]}\nAnswer:")
+    assert mmlu["choices"] == ["A", "B", "C", "D"] and mmlu["gold"] == int(row[5])
+
+
+def test_heldout_perplexity_per_bucket(model_dir, evaluation, heldout_rows):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    result, out = evaluation
+    held = result["results"]["heldout"]
+    assert held["dropped"] == {"missing_text": 1, "empty_text": 1, "over_limit": 0}
+    for bucket, task in (("reference", "tm_heldout_reference"), ("web/high", "tm_heldout_web_high")):
+        texts = [r["text"] for r in heldout_rows if r["bucket"] == bucket and r["text"] and r["text"].strip()]
+        b = held["buckets"][bucket]
+        assert b["documents"] == len(texts)
+        assert b["bytes"] == sum(len(t.encode("utf-8")) for t in texts)
+        assert b["words"] == sum(len(re.split(r"\s+", t)) for t in texts)
+        assert b["bits_per_byte"] == pytest.approx(-b["loglikelihood"] / (b["bytes"] * math.log(2)), rel=1e-5)
+        assert b["word_perplexity"] == pytest.approx(math.exp(-b["loglikelihood"] / b["words"]), rel=1e-5)
+        assert len((out / "samples" / f"{task}.jsonl").read_text().splitlines()) == len(texts)
+    # The short document, by hand: end-of-text, then its tokens, each scored given everything before it.
+    short = next(r for r in heldout_rows if r["doc_id"] == "wiki-short")["text"]
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    ids = [tok.eos_token_id] + tok(short)["input_ids"]
+    assert len(ids) <= SEQ + 1
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids[:-1]])).logits.float(), -1)[0]
+    expected = sum(float(logp[i, ids[i + 1]]) for i in range(len(ids) - 1))
+    logged = [json.loads(line) for line in (out / "samples" / "tm_heldout_reference.jsonl").read_text().splitlines()]
+    assert next(r for r in logged if r["doc_id"] == "wiki-short")["loglikelihood"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_skipped_and_missing_benchmarks_are_reported(evaluation):
+    result, _ = evaluation
+    b = result["results"]["benchmarks"]
+    assert b["gsm8k"]["skipped"].startswith("generation benchmark")
+    assert b["tokenmill_heldout"]["skipped"] == "missing (optional)"
+    assert set(b) == {s["name"] for s in specs()}
+    timing = result["timing"]
+    assert timing["items"] > 0 and timing["items_per_second"] > 0
+    text = json.dumps(result["results"])
+    assert "seconds" not in text and "per_second" not in text  # timings are returned, not written
+
+
+def test_results_are_deterministic(model_dir, heldout_rows, contamination, tmp_path):
+    spec = [s for s in specs() if s["name"] in ("copa", "winogrande")]
+    outs = []
+    for k in range(2):
+        run_evaluation(model_dir, spec, heldout_rows[:2], contamination[0], tmp_path / f"e{k}", limit=4)
+        outs.append({p.relative_to(tmp_path / f"e{k}"): p.read_bytes() for p in sorted((tmp_path / f"e{k}").rglob("*"))
+                     if p.is_file()})
+    assert outs[0] == outs[1] and len(outs[0]) == 4  # results.json and three sample logs
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_bad_inputs_fail_in_one_line_or_are_recorded(model_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="benchmark 'arc'"):
+        run_evaluation(model_dir, [{"name": "arc", "format": "llm_foundry", "path": str(tmp_path / "no.jsonl")}],
+                       None, None, tmp_path / "out")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x1", "context": "A cat", "choices": ["sat", "ran"], "gold": 7}) + "\n")
+    with pytest.raises(BenchmarkError, match="item x1: gold 7 outside its 2 choices"):
+        run_evaluation(model_dir, [{"name": "t", "format": "tokenmill", "path": str(bad)}], None, None, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # An item whose answer cannot fit the model's context is a recorded drop, not a crash of the run.
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"id": "ok", "context": "The sky is", "choices": ["blue", "green"], "gold": 0}) + "\n"
+                    + json.dumps({"id": "huge", "context": "Then", "choices": [" ".join(paragraphs(2)), "no"],
+                                  "gold": 1}) + "\n")
+    result = run_evaluation(model_dir, [{"name": "t", "format": "tokenmill", "path": str(long)}], None, None,
+                            tmp_path / "out")
+    bench = result["results"]["benchmarks"]["t"]
+    assert bench["items"] == 1 and bench["dropped"] == {"continuation_longer_than_context": ["huge"]}
+
+
+def test_heldout_documents_join_text_and_keep_the_missing(tmp_path):
+    held = pa.table({"doc_id": ["a", "b", "c"], "bucket": ["web", "web", "code"], "shard": ["s"] * 3,
+                     "offset": [0, 5, 9], "length": [5, 4, 3]})
+    schema.write_parquet(held, held.schema, tmp_path / "heldout.parquet")
+    docs = pa.table({"doc_id": ["a", "c", "z"], "text": ["alpha text", "gamma()", "not held out"]})
+    schema.write_parquet(docs, docs.schema, tmp_path / "documents" / "00000.parquet")
+    rows = heldout_documents(tmp_path / "heldout.parquet", tmp_path / "documents").to_pylist()
+    assert rows == [{"doc_id": "c", "bucket": "code", "text": "gamma()"},
+                    {"doc_id": "a", "bucket": "web", "text": "alpha text"},
+                    {"doc_id": "b", "bucket": "web", "text": None}]
+
+
+def test_only_contaminating_rows_make_items_dirty():
+    rows = [{"benchmark": "arc", "item_id": "1", "contaminated": True},
+            {"benchmark": "arc", "item_id": "2", "contaminated": False},  # a near miss
+            {"benchmark": "mmlu", "item_id": "1", "contaminated": True}]
+    assert dirty_items(rows) == {"arc": {"1"}, "mmlu": {"1"}}
+    assert dirty_items(pa.Table.from_pylist(rows)) == {"arc": {"1"}, "mmlu": {"1"}}
