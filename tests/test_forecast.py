@@ -1,0 +1,199 @@
+"""The scaling forecast: known laws are recovered from their points, bounds and forms are parameters, bad
+input is named; and on a real tiny pipeline run the forecast is written before the full run and scored after.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import tiny_run
+from tokenmill import forecast as F
+
+FLOPS_PER_TOKEN = 1_000_000
+
+
+def _scouts(loss_of, tokens=(2e4, 6e4, 2e5, 6e5, 2e6, 6e6), buckets=("code", "web")):
+    """Summaries of scouts whose held-out loss (the same in every bucket) follows loss_of(compute)."""
+    return [{"name": f"s{i}", "flops_per_token": FLOPS_PER_TOKEN, "flops_per_token_causal": FLOPS_PER_TOKEN // 2,
+             "tokens": int(t), "heldout_loss": {b: float(loss_of(FLOPS_PER_TOKEN * t)) for b in buckets}}
+            for i, t in enumerate(tokens)]
+
+
+def _target(tokens):
+    return {"flops_per_token": FLOPS_PER_TOKEN, "flops_per_token_causal": FLOPS_PER_TOKEN // 2, "tokens": int(tokens)}
+
+
+def test_power_law_is_recovered_and_extrapolated():
+    def true(c):
+        return 37.0 * c ** -0.071
+
+    out = F.fit_and_predict(_scouts(true, tokens=(2e4, 6e4, 2e5)), _target(5e7), {"form": "power_law"})
+    assert out["form"] == "power_law"
+    assert out["parameters"]["a"] == pytest.approx(37.0, rel=1e-6)
+    assert out["parameters"]["b"] == pytest.approx(0.071, rel=1e-6)
+    assert out["parameters"]["E"] == 0.0
+    assert out["predicted_loss"] == pytest.approx(true(FLOPS_PER_TOKEN * 5e7), rel=1e-9)
+    assert out["extrapolation"] == pytest.approx(5e7 / 2e5)
+    assert out["rms_log_residual"] < 1e-9 and out["degrees_of_freedom"] == 1
+
+
+def test_power_law_with_floor_is_recovered():
+    def true(c):
+        return 1.8 + 220.0 * c ** -0.21
+
+    out = F.fit_and_predict(_scouts(true), _target(1e8), {"form": "power_law_floor"})
+    p = out["parameters"]
+    assert (p["E"], p["a"], p["b"]) == pytest.approx((1.8, 220.0, 0.21), rel=1e-4)
+    assert out["predicted_loss"] == pytest.approx(true(FLOPS_PER_TOKEN * 1e8), rel=1e-6)
+    # A pure power law cannot bend towards the floor: it misfits the same points and overshoots the
+    # extrapolation downwards (the floor form exists for this).
+    plain = F.fit_and_predict(_scouts(true), _target(1e8), {"form": "power_law"})
+    assert plain["rms_log_residual"] > 1e-3
+    assert plain["predicted_loss"] < out["predicted_loss"] - 0.05
+
+
+def test_noisy_ladder_predicts_within_its_noise():
+    rng = np.random.default_rng(0)
+    noise = iter(np.exp(rng.normal(0, 0.005, size=6)))
+
+    def true(c):
+        return 2.0 + 60.0 * c ** -0.15
+
+    noisy = [dict(s, heldout_loss={b: v * next(noise) for b, v in list(s["heldout_loss"].items())[:1]})
+             for s in _scouts(true, buckets=("web",))]
+    out = F.fit_and_predict(noisy, _target(2e7), {"form": "power_law_floor"})
+    assert out["predicted_loss"] == pytest.approx(true(FLOPS_PER_TOKEN * 2e7), rel=0.03)
+    assert 0.001 < out["rms_log_residual"] < 0.01
+
+
+def test_auto_form_takes_the_floor_only_with_enough_scouts():
+    def true(c):
+        return 1.5 + 90.0 * c ** -0.2
+
+    assert F.fit_and_predict(_scouts(true, tokens=(1e4, 1e5, 1e6)), _target(1e7))["form"] == "power_law"
+    assert F.fit_and_predict(_scouts(true, tokens=(1e4, 1e5, 1e6, 1e7)), _target(1e8))["form"] == "power_law_floor"
+    five = {"form": "auto", "min_points_floor": 5}
+    assert F.fit_and_predict(_scouts(true, tokens=(1e4, 1e5, 1e6, 1e7)), _target(1e8), five)["form"] == "power_law"
+
+
+def test_bounds_and_loss_choice_are_parameters():
+    def true(c):
+        return 40.0 * c ** -0.08
+
+    capped = F.fit_and_predict(_scouts(true), _target(1e8), {"form": "power_law", "exponent_bounds": [0.0, 0.05]})
+    assert capped["parameters"]["b"] == pytest.approx(0.05)  # the bound holds the exponent below the truth
+    floor = F.fit_and_predict(_scouts(lambda c: 3.0 + 50 * c ** -0.3), _target(1e8),
+                              {"form": "power_law_floor", "floor_bounds": [0.0, 0.5]})
+    lowest = min(p["loss"] for p in floor["points"])
+    assert floor["parameters"]["E"] <= 0.5 * lowest + 1e-9  # the truth (3.0) is out of bounds
+
+    # One bucket instead of the mean; the causal FLOPs instead of the full square.
+    scouts = _scouts(true)
+    for s in scouts:
+        s["heldout_loss"]["code"] += 1.0
+    code = F.fit_and_predict(scouts, _target(1e8), {"form": "power_law", "loss": "code"})
+    web = F.fit_and_predict(scouts, _target(1e8), {"form": "power_law", "loss": "web"})
+    assert web["predicted_loss"] == pytest.approx(true(FLOPS_PER_TOKEN * 1e8), rel=1e-6)
+    assert code["predicted_loss"] > web["predicted_loss"] + 0.5
+    causal = F.fit_and_predict(_scouts(true), _target(1e8), {"form": "power_law", "compute": "flops_causal"})
+    assert causal["target"]["compute"] == FLOPS_PER_TOKEN // 2 * 1e8
+    with pytest.raises(F.ForecastError, match="no held-out loss for bucket 'legal'"):
+        F.fit_and_predict(scouts, _target(1e8), {"loss": "legal"})
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(F.ForecastError, match=r"forecast\.fromm: Extra inputs are not permitted"):
+        F.parse_forecast({"fromm": "power_law"})
+    with pytest.raises(F.ForecastError, match=r"forecast\.form: Input should be 'auto', 'power_law' or"):
+        F.parse_forecast({"form": "exponential"})
+    with pytest.raises(F.ForecastError, match=r"forecast\.exponent_bounds\.1: Input should be a valid number"):
+        F.parse_forecast({"exponent_bounds": [0, "2"]})
+    with pytest.raises(F.ForecastError, match=r"forecast\.min_points_floor: Input should be a valid integer"):
+        F.parse_forecast({"min_points_floor": 4.5})
+    with pytest.raises(F.ForecastError, match=r"forecast: floor_bounds must be 0 <= low < high < 1"):
+        F.parse_forecast({"floor_bounds": [0.5, 1.2]})
+    assert F.parse_forecast(None) == F.ForecastConfig()
+
+
+def test_bad_scouts_are_excluded_or_named():
+    def true(c):
+        return 30.0 * c ** -0.05
+
+    scouts = _scouts(true, tokens=(1e4, 1e5, 1e6))
+    scouts[1]["heldout_loss"]["web"] = float("nan")  # a diverged scout
+    out = F.fit_and_predict(scouts, _target(1e7), {"form": "power_law"})
+    assert out["excluded"] == [{"name": "s1", "reason": "no_finite_heldout_loss"}]
+    assert [p["name"] for p in out["points"]] == ["s0", "s2"]
+    assert out["predicted_loss"] == pytest.approx(true(FLOPS_PER_TOKEN * 1e7), rel=1e-6)
+
+    with pytest.raises(F.ForecastError, match="needs at least 3 scouts with a finite held-out loss, got 2"):
+        F.fit_and_predict(scouts, _target(1e7), {"form": "power_law_floor"})
+    del scouts[0]["tokens"]
+    with pytest.raises(F.ForecastError, match="s0: summary has no tokens"):
+        F.fit_and_predict(scouts, _target(1e7))
+    same = _scouts(true, tokens=(1e4, 1e4, 1e5))
+    with pytest.raises(F.ForecastError, match=r"scouts \['s0', 's1'\] have the same training compute"):
+        F.fit_and_predict(same, _target(1e7))
+    mixed = _scouts(true, tokens=(1e4, 1e5, 1e6))
+    mixed[2]["heldout_loss"]["legal"] = 3.0
+    with pytest.raises(F.ForecastError, match="different buckets"):
+        F.fit_and_predict(mixed, _target(1e7))
+
+
+def test_compare_scores_the_prediction():
+    def true(c):
+        return 30.0 * c ** -0.05
+
+    pred = F.fit_and_predict(_scouts(true, tokens=(1e4, 1e5, 1e6)), _target(1e7), {"form": "power_law"})
+    actual = {**_target(1e7), "heldout_loss": {"code": 4.0, "web": 4.2}}
+    cmp = F.compare(pred, actual)
+    assert cmp["actual_loss"] == pytest.approx(4.1)
+    assert cmp["error"] == pytest.approx(4.1 - pred["predicted_loss"])
+    assert cmp["relative_error"] == pytest.approx((4.1 - pred["predicted_loss"]) / 4.1)
+    assert cmp["compute_as_predicted"] is True
+    # A run that trained twice the tokens: flagged, and the law is also evaluated where the run really was.
+    longer = dict(actual, tokens=int(2e7))
+    cmp = F.compare(pred, longer)
+    assert cmp["compute_as_predicted"] is False
+    assert cmp["predicted_loss_at_actual_compute"] == pytest.approx(true(FLOPS_PER_TOKEN * 2e7), rel=1e-6)
+    with pytest.raises(F.ForecastError, match="not the scouts'"):
+        F.compare(pred, dict(actual, heldout_loss={"code": 4.0}))
+    with pytest.raises(F.ForecastError, match="no finite held-out loss"):
+        F.compare(pred, dict(actual, heldout_loss={"code": float("nan"), "web": 4.0}))
+
+
+def test_target_follows_the_training_loop():
+    model = {"n_layers": 2, "d_model": 64, "n_heads": 2, "n_kv_heads": 1, "ffn_dim": 192, "tie_embeddings": True}
+    train = {"seq_len": 128, "global_batch": 4, "token_budget": 100_000}
+    t = F.target_of(model, train, vocab_size=1000, plan_tokens=10**6)
+    assert t["steps"] == 100_000 // 512 and t["tokens"] == t["steps"] * 512
+    # The plan caps the steps (the last token has no target), and so does max_steps.
+    assert F.target_of(model, train, 1000, plan_tokens=512 * 10 + 1)["steps"] == 10
+    assert F.target_of(model, train, 1000, plan_tokens=512 * 10)["steps"] == 9
+    assert F.target_of(model, {**train, "max_steps": 7}, 1000, 10**6)["steps"] == 7
+    # No budget: tokens_per_param x parameters.
+    t = F.target_of(model, {**train, "token_budget": None, "tokens_per_param": 20}, 1000, 10**9)
+    assert t["steps"] == int(20 * t["params"]) // 512
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_run.build(tmp_path_factory.mktemp("tiny"))
+
+
+def test_forecast_of_a_real_run(tiny):
+    """The tiny run's forecast was made from its three scouts before the full run existed (tiny_run asserts
+    it); the full run then trained exactly the compute it assumed, and the loss came close."""
+    prediction = json.loads((tiny / "metrics" / "forecast.json").read_text())
+    summary = json.loads((tiny / "data" / "train" / "pretrain" / "summary.json").read_text())
+    assert [p["name"] for p in prediction["points"]] == ["s1", "s2", "s3"]
+    assert prediction["form"] == "power_law" and prediction["degrees_of_freedom"] == 1
+    for key in ("params", "steps", "tokens", "flops_per_token"):
+        assert prediction["target"][key] == summary[key], key
+    cmp = F.compare(prediction, summary)
+    assert cmp["compute_as_predicted"]
+    assert math.isfinite(cmp["error"]) and abs(cmp["relative_error"]) < 0.05, cmp
+    # The full run is larger than every scout: the forecast extrapolates, as it must.
+    assert prediction["extrapolation"] > 1
