@@ -37,4 +37,4 @@ params: install
 
 clean-data:
 	rm -rf data/sample data/ingest data/filter data/pii data/dedup data/quality data/decontaminate \
-	       data/tokenizer data/tokenize data/mixture lineage metrics/*.json
+	       data/tokenizer data/tokenize data/mixture data/train lineage metrics plots dvclive runs

@@ -24,7 +24,8 @@ def main(run: str, plan_stage: str, token_stage: str) -> int:
     slug = stage.replace("@", "/")
     try:
         s = run_train_stage(stage, cfg, "data", plan_stage, token_stage, out_dir=f"data/train/{slug}",
-                            live_dir=f"dvclive/{slug}", metrics_path=f"metrics/train/{slug}.json")
+                            live_dir=f"dvclive/{slug}", metrics_path=f"metrics/train/{slug}.json",
+                            metrics_group=None if run == "pretrain" else "scout")
     except (TrainConfigError, LaunchError) as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -314,7 +314,7 @@ def test_stage_writes_decisions_documents_and_contamination_table(tmp_path, monk
     ]
     schema.write_parquet(docs, schema.DOCUMENT, tmp_path / "data" / "quality" / "documents" / "x.parquet")
     params = {**PARAMS, "action": action, "benchmarks": [spec("gsm8k"), spec("humaneval")]}
-    manifest = run_decontaminate(params, {"backend": "local", "workers": 1}, data_root="data")
+    manifest = run_decontaminate(params, {"backend": "local", "workers": 1}, data_root="data", input_stage="quality")
 
     out = tmp_path / "data" / "decontaminate"
     decisions = {d["doc_id"]: d for d in pq.read_table(out / "decisions" / "x.parquet").to_pylist()}
@@ -357,5 +357,5 @@ def test_stage_writes_decisions_documents_and_contamination_table(tmp_path, monk
 
     # a rerun writes byte-identical decisions and contamination table (contract 6)
     before = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
-    run_decontaminate(params, {"backend": "local", "workers": 1}, data_root="data")
+    run_decontaminate(params, {"backend": "local", "workers": 1}, data_root="data", input_stage="quality")
     assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.parquet"))} == before

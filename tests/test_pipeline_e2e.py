@@ -59,9 +59,11 @@ tokenizer: {vocab_size: 2000}
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
   token_budget: 300000
+  global_batch: 4           # 1024 tokens a step: ~290 steps, enough for a 2-layer model to learn bigrams
+  optimizer: {lr: 1.0e-2}
   launch: {nproc_per_node: 2}
-  logging: {log_interval: 5, eval_interval: 20}
-  checkpoint: {interval: 20}
+  logging: {log_interval: 10, eval_interval: 100}
+  checkpoint: {interval: 100}
 scouts:
   s1: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 50000}
   s2: {model: {n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_dim: 144}, token_budget: 80000}
@@ -72,9 +74,9 @@ IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
             for what, value in (("NAME", "tokenmill-test"), ("EMAIL", "test@tokenmill.invalid"))}
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("demo") / "repo"
+def _fresh_clone(root: Path) -> Path:
+    """What a new user has after cloning: the tracked project, the test size, a git commit; no outputs."""
+    repo = root / "repo"
     repo.mkdir()
     for item in ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md", ".gitignore"):
         (repo / item).parent.mkdir(parents=True, exist_ok=True)
@@ -90,8 +92,15 @@ def demo(tmp_path_factory):
     compose([], conf_dir=repo / "conf", output=repo / "params.yaml")
     _run(["git", "add", "-A"], repo)  # as in a real checkout: DVCLive logs against the current commit
     _run(["git", "commit", "-qm", "demo"], repo)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    repo = _fresh_clone(tmp_path_factory.mktemp("demo"))
     out = _run(["dvc", "repro"], repo, TOKENMILL_TRACE_DIR=str(repo / ".trace")).stdout
-    return repo, out
+    lock = (repo / "dvc.lock").read_text()  # as built, before the tests below run experiments in it
+    return repo, out, lock
 
 
 def _ran(out: str) -> set[str]:
@@ -106,7 +115,7 @@ def _outs(repo: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_demo_dag(demo):
-    repo, out = demo
+    repo, out, _ = demo
     assert _ran(out) == set(STAGES)
     verify = _run(["tokenmill", "audit", "verify"], repo)
     assert "conservation holds" in verify.stdout
@@ -180,15 +189,19 @@ def test_demo_dag(demo):
     assert _run(["tokenmill", "audit", "step", "99999999"], repo, check=False).returncode == 1
 
     # Training: the scouts and the full run trained from the plan, and learned: the held-out loss ends well
-    # below the unigram entropy of the held-out tokens (what a model that ignores context could reach).
+    # below the unigram entropy of the held-out tokens — the cross-entropy of a model that ignores context,
+    # its token frequencies counted on the training stream (add-one smoothed).
     summary = json.loads((repo / "data" / "train" / "pretrain" / "summary.json").read_text())
-    heldout = con.execute("SELECT shard, \"offset\", length FROM heldout").fetchall()
-    tokens = np.concatenate([np.fromfile(repo / "data" / "tokenize" / shard, dtype=np.uint16)[off: off + n]
-                             for shard, off, n in heldout])
-    p = np.bincount(tokens) / len(tokens)
-    unigram = float(-(p[p > 0] * np.log(p[p > 0])).sum())
+
+    def tokens_of(table):
+        rows = con.execute(f'SELECT shard, "offset", length FROM {table}').fetchall()
+        return np.concatenate([np.fromfile(repo / "data" / "tokenize" / shard, dtype=np.uint16)[off: off + n]
+                               for shard, off, n in rows])
+
+    counts = np.bincount(tokens_of("plan"), minlength=2000) + 1.0
+    unigram = float(-np.log((counts / counts.sum())[tokens_of("heldout")]).mean())
     final = np.mean(list(summary["heldout_loss"].values()))
-    assert final < unigram - 0.3, (final, unigram, summary)
+    assert final < unigram - 0.3, (final, unigram, summary)  # the full demo: 0.95 nats below (RESULTS.md)
     for scout in ("s1", "s2", "s3"):
         assert (repo / "data" / "train" / "scout" / scout / "final" / "model.safetensors").is_file()
 
@@ -201,7 +214,7 @@ def test_demo_dag(demo):
     assert f"loss {fed[1]:.4f}" in shown and fed[0] in shown
     verify = _run(["tokenmill", "audit", "verify"], repo).stdout
     assert "training runs fed exactly the plan's tokens" in verify and "pretrain" in verify
-    trained_doc = con.execute("SELECT doc_id FROM plan WHERE stream_start < 4096 * 3 LIMIT 1").fetchone()[0]
+    trained_doc = con.execute("SELECT doc_id FROM plan WHERE stream_start < 1024 * 3 LIMIT 1").fetchone()[0]
     shown = _run(["tokenmill", "audit", "doc", trained_doc], repo).stdout
     assert "trained       pretrain:" in shown and "scout@s1:" in shown, shown
     con.close()
@@ -214,7 +227,9 @@ def test_demo_dag(demo):
 def test_mixture_experiments(demo):
     """`dvc exp run -S mixture=<preset>` reruns only what the mixture reaches; queued presets run from a
     temporary copy (so everything a stage reads must be tracked); `dvc exp show` lists them side by side."""
-    repo, _ = demo
+    repo, _, _ = demo
+    sample = (repo / "conf" / "source" / "sample.yaml").read_text()
+    (repo / "conf" / "source" / "sample_and_crawl.yaml").write_text(sample.replace("sources:\n", RAW_SOURCE, 1))
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "demo baseline"], repo)
 
@@ -227,20 +242,27 @@ def test_mixture_experiments(demo):
     assert after["data/mixture"] != before["data/mixture"]
     assert yaml.safe_load((repo / "params.yaml").read_text())["mixture"]["name"] == "code_heavy"
 
-    for preset in ("web_heavy", "balanced"):
-        _run(["dvc", "exp", "run", "--queue", "-n", preset.replace("_", "-"), "-S", f"mixture={preset}"], repo)
+    # A queued experiment runs in a copy of the repository: raw crawl files under data/raw (hashed by DVC as
+    # ingest's dependency, kept out of git) reach it with --copy-paths, as README says.
+    warc = SHARED / "warc" / "resiliparse_warcfile.warc.gz"
+    (repo / "data" / "raw" / "warc").mkdir(parents=True, exist_ok=True)
+    shutil.copy(warc, repo / "data" / "raw" / "warc" / warc.name)
+    _run(["dvc", "exp", "run", "--queue", "-n", "balanced", "-C", "data/raw/warc", "-S", "mixture=balanced",
+          "-S", "source=sample_and_crawl"], repo)
     _run(["dvc", "queue", "start", "-j", "1"], repo)
-    deadline = time.time() + 600
+    deadline = time.time() + 900
     while time.time() < deadline:
         status = _run(["dvc", "queue", "status"], repo).stdout
         if not any(word in status for word in ("Queued", "Running")):
             break
         time.sleep(3)
-    assert "Failed" not in status, _run(["dvc", "queue", "logs", "web-heavy"], repo, check=False).stdout + status
+    logs = _run(["dvc", "queue", "logs", "balanced"], repo, check=False).stdout
+    assert "Failed" not in status, logs + status
     _run(["dvc", "queue", "stop"], repo, check=False)
+    shutil.rmtree(repo / "data" / "raw" / "warc")  # the workspace's ingest input as it was
 
     shown = json.loads(_run(["dvc", "exp", "show", "--json"], repo).stdout)
-    rows = {}
+    rows, sources = {}, {}
     for commit in shown:
         for exp in commit.get("experiments") or []:
             for rev in exp["revs"]:
@@ -248,35 +270,46 @@ def test_mixture_experiments(demo):
                 name = data["params"]["params.yaml"]["data"]["mixture"]["name"]
                 metrics = data["metrics"]["metrics/mixture.json"]["data"]
                 rows[rev.get("name") or name] = (name, metrics["plan_tokens"], metrics["planned"])
+                sources[name] = set(data["params"]["params.yaml"]["data"]["sources"])
     names = {v[0] for v in rows.values()}
-    assert {"code_heavy", "web_heavy", "balanced"} <= names, rows
+    assert {"code_heavy", "balanced"} <= names, rows
     code = next(v for v in rows.values() if v[0] == "code_heavy")[2]
-    web = next(v for v in rows.values() if v[0] == "web_heavy")[2]
-    assert code["code"] > web["code"]
+    balanced = next(v for v in rows.values() if v[0] == "balanced")[2]
+    assert code["code"] > balanced["code"]
+    assert "crawl_warc" in sources["balanced"] and "crawl_warc" not in sources["code_heavy"]
 
     # The documented comparison (README): what changed, by name, in one screen.
     table = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", *COMPARE_FLAGS], repo,
                  COLUMNS="200").stdout
     lines = table.splitlines()
     assert max(len(line) for line in lines) <= 200, table
-    for column in ("Experiment", "mixture.name", "planned.code", "unique_documents"):
+    for column in ("Experiment", "mixture.name", "planned.code", "unique_documents", "heldout_mean"):
         assert column in table, table
-    assert "code_heavy" in table and "web_heavy" in table and "…" not in table, table
+    assert "code_heavy" in table and "balanced" in table and "…" not in table, table
     shown = _run(["dvc", "plots", "show", "-o", str(repo / "plots_html")], repo).stdout
     html = (repo / "plots_html" / "index.html").read_text()
     assert "funnel.json" in html and "mixture_buckets.json" in html, shown
 
 
+SHARED = ROOT / ".." / "shared" / "data"
+RAW_SOURCE = """sources:
+  crawl_warc:
+    format: warc
+    paths: [data/raw/warc/*.warc.gz]
+    bucket: web
+    licence: sample-web
+    snapshot: CC-MAIN-2020-34
+"""
+
 # What README documents for comparing mixture experiments side by side.
-COMPARE_FLAGS = ["--drop", ".*", "--keep",
-                 r"^(Experiment|mixture\.name|steps|unique_documents|planned\..*|.*loss.*|.*acc.*)$"]
+COMPARE_FLAGS = ["--drop", ".*", "--keep", r"^(Experiment|mixture\.name|unique_documents|planned\..*|heldout_mean)$"]
 
 
 @pytest.mark.slow
 def test_every_stage_declares_what_it_touches(demo):
     """Modules imported, project paths read and parameters asked for, per stage (tokenmill.trace), are all
     declared in dvc.yaml — and the check really fails when a declaration is missing."""
-    repo, _ = demo
+    repo, _, _ = demo
     dvc = dvc_deps.expand(yaml.safe_load((repo / "dvc.yaml").read_text()),
                           yaml.safe_load((repo / "params.yaml").read_text()))
     traces = dvc_deps.read_traces(repo / ".trace")
@@ -297,7 +330,7 @@ def test_every_stage_declares_what_it_touches(demo):
 def test_forced_rerun_and_comment_edit_do_only_their_own_work(demo):
     """`dvc repro -f -s dedup` reproduces dedup's output byte for byte: no hash in dvc.lock changes and
     nothing below it runs. A comment edit in the pii module reruns pii alone."""
-    repo, _ = demo
+    repo, _, _ = demo
     before = _outs(repo)
     out = _run(["dvc", "repro", "-f", "-s", "dedup"], repo).stdout
     assert _ran(out) == {"dedup"}, out
@@ -315,3 +348,19 @@ def test_forced_rerun_and_comment_edit_do_only_their_own_work(demo):
     finally:
         module.write_text(original)
         _run(["dvc", "repro"], repo)
+
+
+@pytest.mark.slow
+def test_two_fresh_clones_build_identical_data(demo, tmp_path):
+    """Every data stage's output is a function of parameters, inputs and code: a second clean build, in
+    another fresh clone, gives the same dvc.lock hash for each of them."""
+    repo, _, lock = demo
+    other = _fresh_clone(tmp_path)
+    _run(["dvc", "repro", "mixture"], other)
+    data = [s for s in STAGES if s in ("sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate",
+                                       "tokenizer", "tokenize", "mixture")]
+    first = {s: st["outs"] for s, st in yaml.safe_load(lock)["stages"].items() if s in data}
+    second = {s: st["outs"] for s, st in yaml.safe_load((other / "dvc.lock").read_text())["stages"].items()}
+    assert set(first) == set(data)
+    for stage in data:
+        assert second[stage] == first[stage], stage

@@ -201,8 +201,8 @@ def benchmark_digests(params: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def run_decontaminate(params: Mapping[str, Any], execution_cfg: Mapping | None, data_root: str | Path = "data",
-                      input_stage: str = "quality") -> dict:
+def run_decontaminate(params: Mapping[str, Any], execution_cfg: Mapping | None, data_root: str | Path,
+                      input_stage: str) -> dict:
     """The stage: a decision per document through the shared shard loop, then the contamination table."""
     p = resolve_params(params)
     digests = benchmark_digests(p)  # also fails here, in one line, on a missing benchmark (not in every worker)

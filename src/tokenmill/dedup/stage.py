@@ -237,7 +237,7 @@ def apply_shard(task: ApplyTask) -> dict:
 # --- the stage ------------------------------------------------------------------------------------------
 
 def run_dedup(params: Mapping[str, Any] | None, execution_cfg: Mapping[str, Any] | None,
-              data_root: str | Path = "data", input_stage: str = "pii") -> dict:
+              data_root: str | Path, input_stage: str) -> dict:
     """Deduplicate data_root/input_stage/documents into data_root/dedup; returns the manifest."""
     p = resolve_params(params)
     data_root = Path(data_root)

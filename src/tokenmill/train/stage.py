@@ -96,8 +96,11 @@ def torchrun_command(run_cfg: Mapping, config_file: Path, data_root: Path, out_d
 
 def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_stage: str, token_stage: str,
                     out_dir: str | Path, live_dir: str | Path, metrics_path: str | Path,
-                    runs_dir: str | Path = "runs") -> dict:
-    """Train (or resume) one run; returns its summary. Errors in the configuration stop it before launch."""
+                    runs_dir: str | Path = "runs", metrics_group: str | None = None) -> dict:
+    """Train (or resume) one run; returns its summary. Errors in the configuration stop it before launch.
+
+    metrics_group nests the metrics (scouts: "scout"), so `dvc exp show` keeps the full run's top-level
+    names (heldout_mean) to itself."""
     started = time.perf_counter()
     parse_run(run_cfg)  # one line naming the key, before any process starts
     data_root, out_dir, live_dir = Path(data_root), Path(out_dir), Path(live_dir)
@@ -134,7 +137,10 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
                                            "digest": digest, "summary": summary})
     metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
                                             "heldout_loss", "skipped_steps") if k in summary}
-    write_json(metrics_path, metrics)
+    # One number to compare runs by (`dvc exp show`): the mean over buckets of the final held-out loss.
+    if summary.get("heldout_loss"):
+        metrics["heldout_mean"] = round(sum(summary["heldout_loss"].values()) / len(summary["heldout_loss"]), 4)
+    write_json(metrics_path, {metrics_group: metrics} if metrics_group else metrics)
 
     live_metrics = live_dir / "metrics.json"
     files = code_files()
