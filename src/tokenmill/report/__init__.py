@@ -1,0 +1,106 @@
+"""The report: one HTML page with PNG plots that a person opens in a browser (reports/index.html).
+
+build_report reads what the pipeline produced — the lineage database (documents, decisions, plan,
+contamination; the audit connection adds the training runs' tables), DVCLive's logs for tokens/s, the
+scaling forecast and the evaluation results — and writes
+
+    <out_dir>/index.html         the sections below, each with its plots and tables
+    <out_dir>/plots/*.png        the figures (matplotlib, Agg backend)
+    <out_dir>/report.json        which sections were built and which were not run, and the images
+
+Sections: data funnel (documents and tokens per stage, drop reasons), languages, quality scores, duplicate
+clusters, mixture planned vs available, contamination, training curves and spikes of every run, the
+scaling fit with the forecast (and the actual loss once the full run finished), and the evaluation with all
+and clean columns. An input that does not exist yet (no evaluation, no forecast) makes its section say
+"not run" and why; it never stops the report. The folder is written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from tokenmill.report import sections as S
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
+nav a { margin-right: 1em; } .notrun { color: #a33; font-weight: bold; } .note { color: #555; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; } th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; } td.txt { max-width: 40em; overflow-wrap: anywhere; }
+img { max-width: 100%; display: block; }
+"""
+
+
+def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, lineage_db: str | Path | None = None,
+                 forecast: str | Path | None = None, evaluation: str | Path | None = None,
+                 title: str = "tokenmill report") -> dict:
+    """Write the report of the project at `project` into out_dir; return report.json's content.
+
+    lineage_db: default <project>/lineage/lineage.duckdb (required: the report is about its data).
+    forecast: the forecast JSON (tokenmill.forecast.fit_and_predict's result); the full run's
+    data/train/pretrain/summary.json, when it exists, gives the actual loss to compare with.
+    evaluation: the evaluate stage's results.json. Either missing: its section says "not run".
+    """
+    from tokenmill.forecast import compare
+    from tokenmill.lineage import DB_NAME, audit_tables, connect
+
+    project, out_dir = Path(project), Path(out_dir)
+    db = Path(lineage_db) if lineage_db else project / "lineage" / DB_NAME
+    forecast_path = Path(forecast) if forecast else None
+    evaluation_path = Path(evaluation) if evaluation else None
+    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    plots = S.Plots(tmp)
+
+    # The training tables come from this project's data/train, wherever the database file lies.
+    con = connect(db, extra=audit_tables(project))  # FileNotFoundError naming a missing database
+    try:
+        built = [S.funnel(con, plots), S.languages(con, plots), S.quality(con, plots), S.duplicates(con, plots),
+                 S.mixture(con, plots), S.contamination(con, plots), S.training(con, plots, project)]
+    finally:
+        con.close()
+
+    prediction = S.read_json(forecast_path)
+    actual = S.read_json(project / "data" / "train" / "pretrain" / "summary.json")
+    comparison = compare(prediction, actual) if prediction is not None and actual is not None else None
+    built.append(S.scaling(plots, prediction, actual, comparison,
+                           f"no forecast at {forecast_path}: the forecast stage has not run" if forecast_path
+                           else "no forecast given"))
+    built.append(S.evaluation(S.read_json(evaluation_path),
+                              f"no evaluation results at {evaluation_path}: the evaluate stage has not run"
+                              if evaluation_path else "no evaluation results given"))
+
+    (tmp / "index.html").write_text(render(title, built), encoding="utf-8")
+    summary = {"sections": {s.key: s.status for s in built},
+               "not_run": {s.key: s.note for s in built if s.status != "ok"},
+               "images": sorted(f"plots/{i}" for s in built for i in s.images),
+               "forecast_comparison": comparison}
+    (tmp / "report.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return summary
+
+
+def render(title: str, built: list[S.Section]) -> str:
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{S.esc(title)}</title>",
+             f"<style>{STYLE}</style></head><body>", f"<h1>{S.esc(title)}</h1>", "<nav>",
+             *(f'<a href="#{s.key}">{S.esc(s.title)}</a>' for s in built), "</nav>"]
+    for s in built:
+        parts.append(f'<section id="{s.key}"><h2>{S.esc(s.title)}</h2>')
+        if s.status != "ok":
+            parts.append(f'<p class="notrun">Not run: {S.esc(s.note)}</p></section>')
+            continue
+        if s.note:
+            parts.append(f'<p class="note">{S.esc(s.note)}</p>')
+        parts.extend(f'<img src="plots/{S.esc(i)}" alt="{S.esc(s.title)}: {S.esc(i)}">' for i in s.images)
+        parts.extend(s.html)
+        parts.append("</section>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

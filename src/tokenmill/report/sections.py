@@ -1,0 +1,486 @@
+"""The report's sections: each reads its inputs, draws its plots (PNG, matplotlib's Agg backend) and returns
+the HTML of its tables. A section whose input does not exist yet says so ("not run") instead of failing.
+
+Every figure is drawn by a function of plain Python data, so a section's SQL and its plot stay side by side.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: the report is built by a DVC stage on a headless machine
+
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import matplotlib.ticker  # noqa: E402
+
+KEPT, DROPPED, OTHER = "#4C72B0", "#DD8452", "#55A868"
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    status: str = "ok"  # ok | not run
+    note: str = ""  # why it was not run, or what the numbers mean
+    html: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)  # file names under the plots folder
+
+
+class Plots:
+    """Writes figures into out_dir/plots and remembers their names."""
+
+    def __init__(self, out_dir: Path):
+        self.dir = out_dir / "plots"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def save(self, fig, name: str) -> str:
+        fig.tight_layout()
+        # No "Software" text chunk: the same data gives the same bytes whatever matplotlib wrote it.
+        fig.savefig(self.dir / f"{name}.png", dpi=100, metadata={"Software": None})
+        plt.close(fig)
+        return f"{name}.png"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# HTML helpers
+
+
+def esc(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+            return f"{value:.3e}"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence], numeric_from: int = 1) -> str:
+    out = ["<table><thead><tr>", *(f"<th>{esc(h)}</th>" for h in header), "</tr></thead><tbody>"]
+    for row in rows:
+        out.append("<tr>" + "".join(
+            f'<td class="{"num" if i >= numeric_from else "txt"}">{esc(v if isinstance(v, str) else fmt(v))}</td>'
+            for i, v in enumerate(row)) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _tables(con) -> set[str]:
+    return {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+
+
+def _not_run(section: Section, why: str) -> Section:
+    section.status, section.note = "not run", why
+    return section
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data half: funnel, languages, quality, duplicates, mixture, contamination
+
+
+def funnel(con, plots: Plots) -> Section:
+    s = Section("funnel", "Data funnel")
+    stages = con.execute("""SELECT stage, documents_in, documents_out FROM stages
+                            WHERE stage_order IS NOT NULL ORDER BY stage_order""").fetchall()
+    if not stages:
+        return _not_run(s, "the lineage holds no document stage")
+    # Tokens per stage: only the token stage counts tokens; before it they are estimated from the text
+    # length at ingest (text_chars) at the corpus's own tokens per character, measured on every tokenized
+    # document (token_index length over its final text length).
+    chars = dict(con.execute("""
+        SELECT o.stage, sum(d.scores['text_chars']) FROM stage_outputs o
+        JOIN decisions d ON d.doc_id = o.doc_id AND d.stage = 'ingest' GROUP BY ALL""").fetchall())
+    tables = _tables(con)
+    per_char = tokenized = planned = None
+    if "token_index" in tables:
+        tokenized, text = con.execute("""SELECT sum(t.length), sum(d.final_text_chars) FROM token_index t
+                                         JOIN documents d USING (doc_id)""").fetchone()
+        per_char = tokenized / text if text else None
+    if "plan" in tables:
+        planned = con.execute("SELECT sum(length) FROM plan").fetchone()[0]
+    drops = con.execute("""SELECT stage, reason, count(*) FROM decisions WHERE action = 'drop'
+                           GROUP BY ALL ORDER BY min(stage_order), 3 DESC, reason""").fetchall()
+
+    names = [r[0] for r in stages]
+    kept = [r[2] for r in stages]
+    dropped = [r[1] - r[2] for r in stages]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    y = range(len(names))[::-1]
+    axes[0].barh(list(y), kept, color=KEPT, label="out")
+    axes[0].barh(list(y), dropped, left=kept, color=DROPPED, label="dropped")
+    axes[0].set_yticks(list(y), names)
+    axes[0].set_xlabel("documents")
+    axes[0].set_title("documents in per stage: out + dropped")
+    axes[0].legend(loc="lower right")
+    est = [(chars.get(n) or 0) * per_char for n in names] if per_char else []
+    labels = names + (["tokenized"] if tokenized else []) + (["planned (training)"] if planned else [])
+    values = est + ([tokenized] if tokenized else []) + ([planned] if planned else [])
+    if values:
+        yy = range(len(values))[::-1]
+        colors = [OTHER] * len(est) + [KEPT] * (len(values) - len(est))
+        axes[1].barh(list(yy), values, color=colors)
+        axes[1].set_yticks(list(yy), labels if est else labels[len(names):])
+        axes[1].set_xlabel("tokens")
+        axes[1].set_title("tokens after each stage (green: estimated)")
+    else:
+        axes[1].set_axis_off()
+    s.images.append(plots.save(fig, "funnel"))
+    s.html.append(table(["stage", "documents in", "out", "dropped", "tokens out (estimated)"],
+                        [(n, i, o, i - o, round((chars.get(n) or 0) * per_char) if per_char else None)
+                         for n, i, o in stages]))
+    if per_char:
+        s.note = (f"Tokens before the token stage are estimated at {per_char:.3f} tokens per character (measured "
+                  f"on the tokenized documents); {tokenized:,} tokens were tokenized"
+                  + (f" and {planned:,} planned for training (with repeats)." if planned else "."))
+    s.html.append("<h3>Drop reasons</h3>")
+    s.html.append(table(["stage", "reason", "documents"], drops, numeric_from=2))
+    return s
+
+
+def languages(con, plots: Plots) -> Section:
+    s = Section("languages", "Languages (filter stage)")
+    rows = con.execute("""
+        SELECT coalesce(json_extract_string(details, '$.language'), '(not identified)') AS language,
+               count(*) FILTER (WHERE action <> 'drop') AS kept, count(*) FILTER (WHERE action = 'drop') AS dropped
+        FROM decisions WHERE stage = 'filter' GROUP BY ALL ORDER BY kept + dropped DESC, language""").fetchall()
+    if not rows:
+        return _not_run(s, "no filter decisions in the lineage")
+    scores = con.execute("""SELECT action, scores['language_score'] FROM decisions
+                            WHERE stage = 'filter' AND scores['language_score'] IS NOT NULL""").fetchall()
+    top = rows[:15]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    y = list(range(len(top)))[::-1]
+    axes[0].barh(y, [r[1] for r in top], color=KEPT, label="kept")
+    axes[0].barh(y, [r[2] for r in top], left=[r[1] for r in top], color=DROPPED, label="dropped")
+    axes[0].set_yticks(y, [r[0] for r in top])
+    axes[0].set_xlabel("documents")
+    axes[0].set_title("identified language (fastText lid.176)")
+    axes[0].legend(loc="lower right")
+    _histogram(axes[1], scores, "language score (confidence of the identified language)")
+    s.images.append(plots.save(fig, "languages"))
+    s.note = ("The language the filter identified; dropped counts every filter rule, not only the language rule. "
+              "Buckets that skip language identification have none. The table lists every language, the plot "
+              "the 15 most frequent.")
+    s.html.append(table(["language", "kept", "dropped"], rows))
+    return s
+
+
+def _histogram(ax, action_values: Sequence[tuple[str, float]], xlabel: str, bins: int = 20) -> None:
+    kept = [v for a, v in action_values if a != "drop" and v is not None]
+    dropped = [v for a, v in action_values if a == "drop" and v is not None]
+    if not kept and not dropped:
+        ax.text(0.5, 0.5, "no scores", ha="center", va="center")
+        return
+    lo, hi = min(kept + dropped), max(kept + dropped)
+    edges = [lo + (hi - lo) * i / bins for i in range(bins + 1)] if hi > lo else bins
+    ax.hist([kept, dropped], bins=edges, stacked=True, color=[KEPT, DROPPED], label=["kept", "dropped"])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("documents")
+    ax.legend()
+
+
+def quality(con, plots: Plots) -> Section:
+    s = Section("quality", "Quality scores")
+    rows = con.execute("""SELECT r.bucket, d.action, d.scores['quality_score'] FROM decisions d
+                          JOIN records r USING (doc_id)
+                          WHERE d.stage = 'quality' AND d.scores['quality_score'] IS NOT NULL""").fetchall()
+    if not rows:
+        return _not_run(s, "no quality scores in the lineage (the quality stage has not run)")
+    buckets = sorted({r[0] for r in rows})
+    fig, axes = plt.subplots(1, len(buckets), figsize=(3.6 * len(buckets) + 1, 3.4), squeeze=False)
+    for ax, bucket in zip(axes[0], buckets):
+        _histogram(ax, [(a, v) for b, a, v in rows if b == bucket], "P(high quality)")
+        ax.set_title(bucket)
+    s.images.append(plots.save(fig, "quality"))
+    summary = con.execute("""
+        SELECT r.bucket, d.reason, count(*), min(d.scores['quality_score']), median(d.scores['quality_score']),
+               max(d.scores['quality_score'])
+        FROM decisions d JOIN records r USING (doc_id) WHERE d.stage = 'quality'
+        GROUP BY ALL ORDER BY 1, 2""").fetchall()
+    s.html.append(table(["bucket", "decision", "documents", "min score", "median", "max"], summary, numeric_from=2))
+    s.note = "The fastText classifier's P(high quality) for every document that reached the stage, kept or not."
+    return s
+
+
+def duplicates(con, plots: Plots) -> Section:
+    s = Section("duplicates", "Duplicate clusters")
+    # A near-duplicate cluster's size is on its kept representative; an exact group is its representative
+    # plus the exact duplicates that name it.
+    near = [r[0] for r in con.execute("""
+        SELECT CAST(json_extract(details, '$.cluster_size') AS BIGINT) FROM decisions
+        WHERE stage = 'dedup' AND action <> 'drop'
+          AND json_extract(details, '$.cluster_size') IS NOT NULL""").fetchall()]
+    exact = [r[0] for r in con.execute("""
+        SELECT 1 + count(*) FROM decisions WHERE stage = 'dedup' AND reason = 'exact_duplicate'
+        GROUP BY json_extract_string(details, '$.duplicate_of')""").fetchall()]
+    counts = dict(con.execute("SELECT reason, count(*) FROM decisions WHERE stage = 'dedup' GROUP BY ALL").fetchall())
+    if not counts:
+        return _not_run(s, "no dedup decisions in the lineage")
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    sizes = sorted(set(near) | set(exact)) or [2]
+    width = 0.4
+    ax.bar([x - width / 2 for x in sizes], [near.count(x) for x in sizes], width, color=KEPT, label="near (MinHash)")
+    ax.bar([x + width / 2 for x in sizes], [exact.count(x) for x in sizes], width, color=DROPPED, label="exact")
+    ax.set_xlabel("documents in the cluster")
+    ax.set_ylabel("clusters")
+    ax.set_xticks(sizes)
+    ax.legend()
+    s.images.append(plots.save(fig, "duplicates"))
+    s.html.append(table(["dedup decision", "documents"], sorted(counts.items())))
+    s.html.append(table(["cluster kind", "clusters", "documents in them", "largest"],
+                        [("near", len(near), sum(near), max(near, default=None)),
+                         ("exact", len(exact), sum(exact), max(exact, default=None))]))
+    return s
+
+
+def mixture(con, plots: Plots) -> Section:
+    s = Section("mixture", "Mixture: planned vs available tokens")
+    if "plan_buckets" not in _tables(con):
+        return _not_run(s, "no plan in the lineage (the mixture stage has not run)")
+    rows = con.execute("""SELECT bucket, phase, available_tokens, planned_tokens, planned_documents,
+                                 distinct_documents, epochs FROM plan_buckets ORDER BY bucket, phase""").fetchall()
+    if not rows:
+        return _not_run(s, "the plan is empty")
+    buckets = sorted({r[0] for r in rows})
+    phases = sorted({r[1] for r in rows})
+    available = {r[0]: r[2] for r in rows}
+    planned = {(r[0], r[1]): r[3] for r in rows}
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    n = len(phases) + 1
+    width = 0.8 / n
+    xs = range(len(buckets))
+    ax.bar([x - 0.4 + width / 2 for x in xs], [available[b] for b in buckets], width, color="#999999",
+           label="available")
+    for i, phase in enumerate(phases, start=1):
+        ax.bar([x - 0.4 + width * (i + 0.5) for x in xs], [planned.get((b, phase), 0) for b in buckets], width,
+               label=f"planned: {phase}")
+    ax.set_xticks(list(xs), buckets)
+    ax.set_yscale("log")
+    ax.set_ylabel("tokens (log)")
+    ax.legend(fontsize=8)
+    s.images.append(plots.save(fig, "mixture"))
+    s.html.append(table(["bucket", "phase", "available tokens", "planned tokens", "planned documents",
+                         "distinct documents", "epochs"], rows, numeric_from=2))
+    s.note = "epochs = planned / available tokens of the bucket in that phase; above 1 the plan repeats documents."
+    return s
+
+
+def contamination(con, plots: Plots) -> Section:
+    s = Section("contamination", "Contamination")
+    if "contamination" not in _tables(con):
+        return _not_run(s, "no contamination table in the lineage (the decontaminate stage has not run)")
+    rows = con.execute("""
+        SELECT benchmark, count(DISTINCT item_id) FILTER (WHERE contaminated) AS dirty_items,
+               count(DISTINCT doc_id) FILTER (WHERE contaminated) AS documents,
+               count(*) FILTER (WHERE NOT contaminated) AS near_misses, string_agg(DISTINCT action, ', ') AS action
+        FROM contamination GROUP BY ALL ORDER BY benchmark""").fetchall()
+    if not rows:
+        s.note = "No document overlaps any configured benchmark item."
+        return s
+    s.html.append(table(["benchmark", "dirty items", "documents", "near misses (kept)", "action"],
+                        [r[:4] + (r[4],) for r in rows]))
+    top = con.execute("""
+        SELECT c.benchmark, c.item_id, c.doc_id, r.url, c.overlap_fraction, c.contaminated
+        FROM contamination c JOIN records r USING (doc_id)
+        ORDER BY c.contaminated DESC, c.overlap_fraction DESC, c.benchmark, c.item_id LIMIT 50""").fetchall()
+    s.html.append("<h3>Overlaps (strongest 50)</h3>")
+    s.html.append(table(["benchmark", "item", "doc_id", "url", "overlap", "contaminated"], top, numeric_from=4))
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fractions = [("drop" if c else "keep", f) for c, f in
+                 con.execute("SELECT contaminated, overlap_fraction FROM contamination").fetchall()]
+    _histogram(ax, fractions, "overlap fraction of the item (n-grams found in the document)")
+    ax.legend(["near miss", "contaminated"])
+    s.images.append(plots.save(fig, "contamination"))
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training
+
+
+def _tsv(path: Path) -> list[tuple[int, float]]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f, delimiter="\t")
+        col = [c for c in (reader.fieldnames or []) if c not in ("step", "timestamp")]
+        return [(int(r["step"]), float(r[col[0]])) for r in reader] if col else []
+
+
+def _live_dir(project: Path, run: str) -> Path:
+    return project / "dvclive" / run.replace("@", "/")
+
+
+def training(con, plots: Plots, project: Path) -> Section:
+    s = Section("training", "Training runs")
+    tables = _tables(con)
+    if "train_steps" not in tables:
+        return _not_run(s, "no training run has finished (data/train holds no steps.parquet)")
+    runs = [r[0] for r in
+            con.execute("SELECT DISTINCT run FROM train_steps ORDER BY run = 'pretrain' DESC, run").fetchall()]
+    summary_rows = []
+    for run in runs:
+        steps = con.execute("SELECT step, loss, grad_norm, lr, skipped FROM train_steps WHERE run = ? ORDER BY step",
+                            [run]).fetchall()
+        held = con.execute("SELECT step, bucket, loss FROM train_heldout WHERE run = ? ORDER BY bucket, step",
+                           [run]).fetchall() if "train_heldout" in tables else []
+        spikes = con.execute("SELECT step, reason, loss, grad_norm, window_mean_loss, window_mean_grad_norm, "
+                             "len(doc_ids) FROM train_spikes WHERE run = ? ORDER BY step", [run]).fetchall() \
+            if "train_spikes" in tables else []
+        speed = _tsv(_live_dir(project, run) / "plots" / "metrics" / "perf" / "tokens_per_second.tsv")
+        fig, axes = plt.subplots(1, 5, figsize=(17, 3.2))
+        x = [r[0] for r in steps]
+        axes[0].plot(x, [r[1] for r in steps], color=KEPT, lw=1)
+        skipped = [(r[0], r[1]) for r in steps if r[4]]
+        if skipped:
+            axes[0].scatter(*zip(*skipped), color="red", marker="x", zorder=3, label="skipped (spike)")
+            axes[0].legend()
+        axes[0].set_title("training loss")
+        for bucket in sorted({h[1] for h in held}):
+            pts = [(h[0], h[2]) for h in held if h[1] == bucket]
+            axes[1].plot(*zip(*pts), marker="o", ms=3, label=bucket)
+        if held:
+            axes[1].legend(fontsize=7)
+        axes[1].set_title("held-out loss per bucket")
+        axes[2].plot(x, [r[2] for r in steps], color=DROPPED, lw=1)
+        axes[2].set_title("gradient norm (before clipping)")
+        axes[3].plot(x, [r[3] for r in steps], color=OTHER, lw=1)
+        axes[3].set_title("learning rate")
+        if speed:
+            axes[4].plot(*zip(*speed), color="#8172B2", marker=".", lw=1)
+        else:
+            axes[4].text(0.5, 0.5, "no DVCLive perf log", ha="center", va="center")
+        axes[4].set_title("tokens / s")
+        for ax in axes:
+            ax.set_xlabel("step")
+        fig.suptitle(run)
+        name = "train_" + run.replace("@", "_").replace("/", "_")
+        s.images.append(plots.save(fig, name))
+        final_held = {b: l for st, b, l in held if st == max(h[0] for h in held)} if held else {}
+        summary_rows.append((run, len(steps), sum(r[4] for r in steps), steps[-1][1] if steps else None,
+                             sum(final_held.values()) / len(final_held) if final_held else None,
+                             sum(v for _, v in speed) / len(speed) if speed else None, len(spikes)))
+        if spikes:
+            s.html.append(f"<h3>Spikes of {esc(run)}</h3>")
+            s.html.append(table(["step", "reason", "loss", "grad norm", "window mean loss", "window mean grad norm",
+                                 "documents in the batch"], spikes))
+    s.html.insert(0, table(["run", "steps", "skipped", "final loss", "final held-out (mean)", "mean tokens/s",
+                            "spikes"], summary_rows))
+    if not any(r[6] for r in summary_rows):
+        s.note = "No loss spike: every step's update was applied."
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scaling forecast and evaluation
+
+
+def scaling(plots: Plots, prediction: Mapping | None, actual: Mapping | None, comparison: Mapping | None,
+            missing: str) -> Section:
+    s = Section("scaling", "Scaling forecast")
+    if prediction is None:
+        return _not_run(s, missing)
+    import numpy as np
+
+    from tokenmill.forecast import law
+
+    pts = prediction["points"]
+    target = prediction["target"]["compute"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.scatter([p["compute"] for p in pts], [p["loss"] for p in pts], color=KEPT, zorder=3, label="scouts")
+    for p in pts:
+        ax.annotate(p["name"], (p["compute"], p["loss"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    lo = min(p["compute"] for p in pts) / 1.5
+    hi = max(target, max(p["compute"] for p in pts)) * 1.5
+    grid = np.geomspace(lo, hi, 200)
+    par = prediction["parameters"]
+    ax.plot(grid, law(par, grid), color="#777777", lw=1,
+            label=f"fit: {par['E']:.3g} + {par['a']:.3g}·C^-{par['b']:.3g}" if par["E"] else
+            f"fit: {par['a']:.3g}·C^-{par['b']:.3g}")
+    ax.scatter([target], [prediction["predicted_loss"]], marker="*", s=160, color=DROPPED, zorder=4,
+               label="forecast (before the run)")
+    if comparison is not None:
+        ax.scatter([comparison["actual_compute"]], [comparison["actual_loss"]], marker="D", color=OTHER, zorder=4,
+                   label="actual")
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap on a short decade
+    ax.set_xlabel("training compute C (FLOPs)")
+    ax.set_ylabel(f"final held-out loss ({prediction['config']['loss']})")
+    ax.legend(fontsize=8)
+    s.images.append(plots.save(fig, "scaling"))
+    rows = [(p["name"], p.get("params"), p.get("tokens"), p["compute"], p["loss"], r["fitted"])
+            for p, r in zip(pts, prediction["residuals"])]
+    s.html.append(table(["run", "parameters", "tokens", "compute (FLOPs)", "held-out loss", "fitted"], rows))
+    s.html.append(table(["", "value"], [
+        ("form", prediction["form"]), ("parameters", json.dumps({k: round(v, 6) for k, v in par.items()})),
+        ("rms log residual", prediction["rms_log_residual"]), ("degrees of freedom", prediction["degrees_of_freedom"]),
+        ("target compute", target), ("extrapolation (target / largest scout)", prediction["extrapolation"]),
+        ("predicted loss", prediction["predicted_loss"]),
+        *((("actual loss", comparison["actual_loss"]), ("error (actual - predicted)", comparison["error"]),
+           ("relative error", comparison["relative_error"]),
+           ("trained the compute forecast", comparison["compute_as_predicted"])) if comparison else
+          (("actual loss", "not run: the full run has not finished"),)),
+    ]))
+    if prediction.get("excluded"):
+        s.html.append(table(["excluded scout", "reason"], [(e["name"], e["reason"]) for e in prediction["excluded"]]))
+    return s
+
+
+def evaluation(results: Mapping | None, missing: str) -> Section:
+    s = Section("evaluation", "Evaluation")
+    if results is None:
+        return _not_run(s, missing)
+    held = results.get("heldout", {}).get("buckets", {})
+    if held:
+        s.html.append("<h3>Held-out perplexity per mixture bucket</h3>")
+        s.html.append(table(["bucket", "documents", "bits per byte", "word perplexity", "byte perplexity"],
+                            [(b, h["documents"], h["bits_per_byte"], h["word_perplexity"], h["byte_perplexity"])
+                             for b, h in sorted(held.items())]))
+    rows, skipped = [], []
+    for name, b in sorted(results.get("benchmarks", {}).items()):
+        if "skipped" in b:
+            skipped.append((name, b["skipped"]))
+            continue
+        for metric, m in sorted(b.get("metrics", {}).items()):
+            rows.append((name, metric, b["items"], b["dirty_items"], _pm(m["all"], m["all_stderr"]),
+                         _pm(m["clean"], m["clean_stderr"]), _pm(m["difference"], m["difference_stderr"])))
+    s.html.append("<h3>Benchmarks: all items and clean items</h3>")
+    if rows:
+        s.html.append(table(["benchmark", "metric", "items", "dirty items", "all", "clean", "all - clean"], rows,
+                            numeric_from=2))
+    else:
+        s.html.append("<p>No benchmark was scored.</p>")
+    if skipped:
+        s.html.append(table(["benchmark", "not scored because"], skipped))
+    s.note = ("Dirty items are those the contamination table marks contaminated; the clean score leaves them out. "
+              "± is the standard error.")
+    return s
+
+
+def _pm(value, stderr) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.4f} ± {stderr:.4f}" if stderr is not None else f"{value:.4f}"
+
+
+def read_json(path: Path | None) -> dict | None:
+    return json.loads(path.read_text()) if path is not None and path.exists() else None
+

@@ -1,0 +1,255 @@
+"""The report, built from a real tiny pipeline run (tests/tiny_run.py) and opened in a real headless browser;
+missing inputs give "not run" sections; every SQL query of docs/audit.md runs on the run's lineage.
+
+The browser is Debian's chromium (`apt-get install -y chromium`), driven through the Chrome DevTools
+protocol over a pipe (--remote-debugging-pipe: JSON messages ending in NUL on file descriptors 3 and 4), so
+no driver package is needed. Without chromium the browser test is skipped, and fails under CI=true.
+"""
+
+import base64
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import tiny_run
+from tokenmill import lineage
+from tokenmill.report import build_report
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ["funnel", "languages", "quality", "duplicates", "mixture", "contamination", "training", "scaling",
+            "evaluation"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_run.build(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def report(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "reports"
+    summary = build_report(tiny, out, forecast=tiny / "metrics" / "forecast.json",
+                           evaluation=tiny / "data" / "evaluate" / "results.json")
+    return out, summary
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed (apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    return found
+
+
+def _to_3_and_4(read_fd: int, write_fd: int) -> None:
+    # In the child before exec: DevTools reads commands on fd 3 and writes replies on fd 4. Copies above 4
+    # first, so that placing one never overwrites the other.
+    r, w = fcntl.fcntl(read_fd, fcntl.F_DUPFD, 5), fcntl.fcntl(write_fd, fcntl.F_DUPFD, 5)
+    os.dup2(r, 3)
+    os.dup2(w, 4)
+
+
+class Chromium:
+    """Headless chromium and one page, over the DevTools pipe."""
+
+    def __init__(self, binary: str, profile: Path):
+        cmd_r, cmd_w = os.pipe()
+        out_r, out_w = os.pipe()
+        # --no-sandbox: the test may run as root (containers, CI), where chromium refuses its sandbox.
+        self.proc = subprocess.Popen(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--remote-debugging-pipe",
+             f"--user-data-dir={profile}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            pass_fds=(3, 4), preexec_fn=lambda: _to_3_and_4(cmd_r, out_w))
+        os.close(cmd_r)
+        os.close(out_w)
+        self.w, self.r = os.fdopen(cmd_w, "wb", buffering=0), os.fdopen(out_r, "rb", buffering=0)
+        self.buf, self.next_id, self.pending = b"", 0, []
+
+    def _message(self) -> dict:
+        while b"\0" not in self.buf:
+            chunk = self.r.read(1 << 16)
+            if not chunk:
+                raise RuntimeError(f"chromium closed the DevTools pipe: {self.proc.stderr.read().decode()[-2000:]}")
+            self.buf += chunk
+        raw, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(raw)
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        self.w.write(json.dumps(msg).encode() + b"\0")
+        while True:
+            reply = self._message()
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+            self.pending.append(reply)
+
+    def wait_for(self, event: str, session: str) -> dict:
+        for i, e in enumerate(self.pending):
+            if e.get("method") == event and e.get("sessionId") == session:
+                return self.pending.pop(i)
+        while True:
+            e = self._message()
+            if e.get("method") == event and e.get("sessionId") == session:
+                return e
+            self.pending.append(e)
+
+    def open(self, url: str, width: int = 1280, height: int = 900) -> str:
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.send("Page.enable", session=session)
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        self.send("Page.navigate", {"url": url}, session=session)
+        self.wait_for("Page.loadEventFired", session)  # after every <img> has loaded or failed
+        return session
+
+    def evaluate(self, expression: str, session: str):
+        result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session)
+        return result["result"]["value"]
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+            self.proc.wait(timeout=20)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def test_report_opens_in_a_browser_with_every_plot(report, tmp_path):
+    out, summary = report
+    assert summary["sections"] == {k: "ok" for k in SECTIONS}, summary["not_run"]
+    browser = Chromium(_chromium(), tmp_path / "profile")
+    try:
+        page = browser.open((out / "index.html").resolve().as_uri())
+        images = browser.evaluate("Array.from(document.images, i => ({src: i.getAttribute('src'), "
+                                  "complete: i.complete, width: i.naturalWidth, height: i.naturalHeight}))", page)
+        headings = browser.evaluate("Array.from(document.querySelectorAll('h2'), h => h.textContent)", page)
+        not_run = browser.evaluate("document.querySelectorAll('.notrun').length", page)
+        shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
+                            session=page)
+    finally:
+        browser.close()
+    # Every plot the report wrote is on the page and was decoded by the browser.
+    assert sorted(i["src"] for i in images) == summary["images"]
+    assert all(i["complete"] and i["width"] > 0 and i["height"] > 0 for i in images), images
+    # Training curves of every run: the three scouts and the full run.
+    assert {"plots/train_pretrain.png", "plots/train_scout_s1.png", "plots/train_scout_s2.png",
+            "plots/train_scout_s3.png", "plots/scaling.png", "plots/funnel.png"} <= set(summary["images"])
+    assert len(headings) == len(SECTIONS) and not_run == 0
+    png = base64.b64decode(shot["data"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    height = int.from_bytes(png[20:24], "big")  # IHDR: the full page, far taller than one screen
+    assert height > 3000, height
+    keep = os.environ.get("TOKENMILL_REPORT_SCREENSHOT")  # to look at it: set to a file path
+    (Path(keep) if keep else tmp_path / "report.png").write_bytes(png)
+
+
+def test_report_tables_hold_the_runs_numbers(tiny, report):
+    out, summary = report
+    page = (out / "index.html").read_text()
+    con = lineage.connect(tiny / "lineage" / lineage.DB_NAME)
+    try:
+        # The funnel: every stage with its documents in and out, as the lineage says.
+        for stage, n_in, n_out in con.execute("SELECT stage, documents_in, documents_out FROM stages "
+                                              "WHERE stage_order IS NOT NULL").fetchall():
+            assert re.search(rf"<td class=\"txt\">{stage}</td><td class=\"num\">{n_in:,}</td>"
+                             rf"<td class=\"num\">{n_out:,}</td>", page), stage
+        dirty = con.execute("SELECT count(DISTINCT item_id) FROM contamination WHERE contaminated").fetchone()[0]
+        skipped = con.execute("SELECT count(*) FROM train_steps WHERE run = 'pretrain' AND skipped").fetchone()[0]
+    finally:
+        con.close()
+    assert dirty > 0 and f'<td class="txt">tokenmill_heldout</td><td class="num">{dirty}</td>' in page
+    # Spikes: the tiny full run skips a few updates; each is listed.
+    if skipped:
+        assert "Spikes of pretrain" in page
+    # The evaluation: every scored benchmark with its all and clean columns, from results.json.
+    results = json.loads((tiny / "data" / "evaluate" / "results.json").read_text())
+    for name, b in results["benchmarks"].items():
+        if "metrics" in b:
+            acc = b["metrics"]["acc"]
+            assert f"{acc['all']:.4f} ± {acc['all_stderr']:.4f}" in page
+            assert f"{acc['clean']:.4f} ± {acc['clean_stderr']:.4f}" in page
+            assert f'<td class="num">{b["dirty_items"]}</td>' in page
+    for bucket in results["heldout"]["buckets"]:
+        assert f'<td class="txt">{bucket}</td>' in page
+    # The forecast against the actual full run.
+    cmp = summary["forecast_comparison"]
+    assert cmp["compute_as_predicted"] and f"{cmp['actual_loss']:.4g}" in page
+
+
+def test_missing_inputs_say_not_run(tiny, tmp_path):
+    """A project whose lineage exists but nothing after it: no training runs, no forecast, no evaluation."""
+    bare = tmp_path / "bare"
+    (bare / "lineage").mkdir(parents=True)
+    shutil.copy(tiny / "lineage" / lineage.DB_NAME, bare / "lineage" / lineage.DB_NAME)
+    summary = build_report(bare, bare / "reports", forecast=bare / "metrics" / "forecast.json",
+                           evaluation=bare / "data" / "evaluate" / "results.json")
+    assert {k for k, v in summary["sections"].items() if v == "not run"} == {"training", "scaling", "evaluation"}
+    page = (bare / "reports" / "index.html").read_text()
+    assert "Not run: no evaluation results at" in page and "the evaluate stage has not run" in page
+    assert "Not run: no forecast at" in page and "Not run: no training run has finished" in page
+    assert summary["forecast_comparison"] is None
+    # The forecast without the full run: the prediction is shown, the actual loss is not yet there.
+    shutil.copytree(tiny / "metrics", bare / "metrics")
+    summary = build_report(bare, bare / "reports", forecast=bare / "metrics" / "forecast.json")
+    assert summary["sections"]["scaling"] == "ok" and summary["forecast_comparison"] is None
+    assert "not run: the full run has not finished" in (bare / "reports" / "index.html").read_text()
+    with pytest.raises(FileNotFoundError, match="no lineage database at"):
+        build_report(tmp_path / "nothing", tmp_path / "nothing" / "reports")
+
+
+def _audit_queries() -> list[str]:
+    text = (ROOT / "docs" / "audit.md").read_text()
+    out = []
+    for block in re.findall(r"```sql\n(.*?)```", text, re.S):
+        out.extend(s.strip() for s in block.split(";") if s.strip())
+    return out
+
+
+def test_audit_guide_queries_run(tiny):
+    """Every SQL statement of docs/audit.md runs on the audit connection of a real run's lineage."""
+    con = lineage.connect(tiny / "lineage" / lineage.DB_NAME)
+    try:
+        # A document in the first steps of the plan (so every run trained it), and a near duplicate.
+        doc_id, url = con.execute("""SELECT p.doc_id, r.url FROM plan p JOIN records r USING (doc_id)
+                                     ORDER BY p.position LIMIT 1""").fetchone()
+        fill = {"<doc_id>": doc_id, "<url>": url, "<step>": "2", "<run>": "pretrain",
+                "<benchmark>": con.execute("SELECT any_value(benchmark) FROM contamination").fetchone()[0]}
+        results = {}
+        queries = _audit_queries()
+        assert len(queries) >= 12
+        for query in queries:
+            for key, value in fill.items():
+                query = query.replace(key, value)
+            assert not re.search(r"<[a-z_]+>", query), query  # a placeholder this test does not fill
+            results[query.splitlines()[0]] = con.execute(query).fetchall()
+    finally:
+        con.close()
+    by_comment = {k: v for k, v in results.items() if k.startswith("--")}
+    assert by_comment["-- The record as read at ingest, with its source's licence and crawl snapshot."][0][0] == doc_id
+    seen = by_comment["-- The steps of every training run that held tokens of the document (each planned visit "
+                      "separately)."]
+    assert {r[0] for r in seen} == {"pretrain", "scout@s1", "scout@s2", "scout@s3"}
+    assert by_comment["-- The other way round: the documents in one step of a run, with the tokens each contributed."]
+    shares = by_comment["-- Tokens planned for training per licence (every planned visit: repeats count again)."]
+    assert sum(r[2] for r in shares) == pytest.approx(1, abs=1e-3)
+    trained = by_comment["-- Tokens actually trained by one run, per licence: the stream up to the run's last step "
+                         "(a scout trains a"]
+    steps = json.loads((tiny / "data" / "train" / "pretrain" / "summary.json").read_text())
+    # Tokens of documents (end-of-text tokens excluded) within the stream the run trained.
+    assert 0.9 * steps["tokens"] < sum(r[1] for r in trained) <= steps["tokens"]
