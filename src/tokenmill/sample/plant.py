@@ -177,12 +177,19 @@ def ssn(rng: random.Random) -> str:
     return f"{area:03d}-{rng.randint(1, 99):02d}-{rng.randint(1, 9999):04d}"
 
 
+# Area codes in service (the pii stage validates numbers against the numbering plans: an unassigned area
+# code is no phone number).
+_AREA_CODES = (201, 202, 206, 212, 213, 214, 215, 303, 305, 310, 312, 404, 415, 425, 503, 512, 602, 617, 702,
+               713, 718, 801, 808, 919)
+
+
 def phone(rng: random.Random, international: bool) -> str:
     if not international:
-        area, line = rng.randint(201, 989), rng.randint(100, 199)  # 555-01xx: reserved for fiction
+        area, line = rng.choice(_AREA_CODES), rng.randint(100, 199)  # 555-01xx: reserved for fiction
         return rng.choice([f"({area}) 555-{line:04d}", f"+1 {area}-555-{line:04d}", f"{area}.555.{line:04d}"])
     d = lambda n: "".join(str(rng.randrange(10)) for _ in range(n))  # noqa: E731
-    return rng.choice([f"+44 20 7946 0{d(3)}", f"+49 30 {d(4)} {d(4)}", f"+33 1 {d(2)} {d(2)} {d(2)} {d(2)}", f"+81 3-{d(4)}-{d(4)}", f"+61 2 {d(4)} {d(4)}"])
+    return rng.choice([f"+44 20 7946 0{d(3)}", f"+49 30 {d(4)} {d(4)}", f"+33 1 {d(2)} {d(2)} {d(2)} {d(2)}",
+                       f"+81 3-{rng.randint(1000, 9999)}-{d(4)}", f"+61 2 9{d(3)} {d(4)}"])
 
 
 def ipv4(rng: random.Random) -> str:
