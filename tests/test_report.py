@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -221,8 +222,15 @@ def _audit_queries() -> list[str]:
     return out
 
 
+def _audit_commands() -> list[str]:
+    text = (ROOT / "docs" / "audit.md").read_text()
+    return [line.split("  #")[0].strip() for block in re.findall(r"```sh\n(.*?)```", text, re.S)
+            for line in block.splitlines() if line.startswith("tokenmill audit")]
+
+
 def test_audit_guide_queries_run(tiny):
-    """Every SQL statement of docs/audit.md runs on the audit connection of a real run's lineage."""
+    """Every SQL statement of docs/audit.md runs on the audit connection of a real run's lineage, and every
+    `tokenmill audit` command it shows exits 0 in the run's directory."""
     con = lineage.connect(tiny / "lineage" / lineage.DB_NAME)
     try:
         # A document in the first steps of the plan (so every run trained it), and a near duplicate.
@@ -253,3 +261,13 @@ def test_audit_guide_queries_run(tiny):
     steps = json.loads((tiny / "data" / "train" / "pretrain" / "summary.json").read_text())
     # Tokens of documents (end-of-text tokens excluded) within the stream the run trained.
     assert 0.9 * steps["tokens"] < sum(r[1] for r in trained) <= steps["tokens"]
+
+    commands = _audit_commands()
+    assert len(commands) >= 8
+    for command in commands:
+        args = shlex.split(command.replace("<url or doc_id>", doc_id).replace("<step>", "2"))
+        shown = tiny_run.run(args, tiny).stdout
+        if args[2] == "doc":
+            assert "trained       pretrain:" in shown, shown
+        if args[2] == "sql":
+            assert "PSF-2.0" in shown  # the standard library's code, planned for training
