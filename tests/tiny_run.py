@@ -24,8 +24,8 @@ IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
             for what, value in (("NAME", "tokenmill-test"), ("EMAIL", "test@tokenmill.invalid"))}
 
 # Written into the copy's conf/config.yaml so that params.yaml composes to it. 800 documents as in the e2e
-# test: with 300 or 500 the quality classifier separates too little to pass its own check. Three scouts give the two-parameter power law a point
-# to spare; each trains for tens of 512-token steps.
+# test: with 300 or 500 the quality classifier separates too little to pass its own check. Three scouts
+# give the two-parameter power law a point to spare; each trains for tens of 512-token steps.
 TINY = """
 sample: {n_docs: 800, eval_items: 24, planted_eval_items: 6}
 tokenizer: {vocab_size: 1000}
