@@ -23,10 +23,15 @@ tokenmill/pii/detectors.py) is:
 - US_SSN "078051120", "078051121", "078-051121": undelimited or half-delimited nine digits are not SSNs
   for us (without context they are any id); dropped from the mapped ground truth.
 - US_SSN "999-90-5728" (Synthea): area 9xx is never issued; we leave it alone by rule; dropped.
-- PHONE_NUMBER "4258829090": a bare ten-digit string is not a phone for us (ids, Unix timestamps); dropped.
+- PHONE_NUMBER "555-780-8673" (Synthea): area code 555 is in no numbering plan, so not a phone number for
+  us (numbers are validated against the plans); dropped. ("4258829090", bare, is found: a phone word
+  precedes it in its sentence.)
 - IP_ADDRESS 192.168.0.1 is private; the default (keep_private_ip: false) redacts it as the labels do.
   keep_private_ip: true (datatrove's choice) would leave it: test_ip_addresses_and_keep_private_ip.
 Matching is exact: a detection counts only with the labelled span and type.
+
+The larger development set (Faker values in many locales and templates, look-alikes, and real crawl text
+labelled by hand) is built by benchmarks/pii_devset.py; test_development_set measures on it.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import csv
 import gzip
 import json
 import re
-import time
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -46,10 +51,16 @@ from tokenmill import schema
 from tokenmill.docstage import run_document_stage
 from tokenmill.pii import DEFAULT_TOKENS, PIIProcessor, redact
 from tokenmill.pii.detectors import TYPES, find_all, iban_valid, luhn_valid
+from tokenmill.sample import plant
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-PII = DATA / "pii"
-real_data = pytest.mark.skipif(not PII.is_dir(), reason="../shared/data/pii not present")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import pii_devset  # noqa: E402  (benchmarks/ is not a package: the development set lives beside its benchmark)
+
+
+@pytest.fixture(scope="module")
+def PII(shared_data) -> Path:  # noqa: N802  (reads like the constant it replaces)
+    return shared_data / "pii"
 
 # --------------------------------------------------------------------------------------- ground truth
 
@@ -80,7 +91,7 @@ def in_our_definition(kind: str, value: str) -> bool:
     if kind == "ssn":
         return re.fullmatch(r"\d{3}([- ])\d{2}\1\d{4}", value) is not None and not value.startswith("9")
     if kind == "phone":
-        return not value.isdigit()
+        return not value.startswith("555-")  # NANP area code 555 is not in service
     return True
 
 
@@ -91,7 +102,7 @@ def occurrences(text: str, kind: str, value: str, ignore_case: bool = False) -> 
     return found
 
 
-def labelled_units() -> list[tuple[str, str, list[tuple[str, int, int]]]]:
+def labelled_units(PII: Path) -> list[tuple[str, str, list[tuple[str, int, int]]]]:  # noqa: N803
     """[(unit name, text, gold spans (type, start, end))], gold in the labels' own definition."""
     units = []
     # presidio context sentences: "TYPE\nsentence" blocks
@@ -151,7 +162,8 @@ def measure(units, params) -> dict[str, dict]:
     proc = PIIProcessor(params)
     tp, n_pred, n_gold, misses, false = Counter(), Counter(), Counter(), [], []
     for name, text, gold in units:
-        pred = {(m.type, m.start, m.end) for m in find_all(text, TYPES, proc.keep_private_ip) if m.type in proc.types}
+        found = find_all(text, TYPES, proc.keep_private_ip, proc.phone_regions, proc.phone_validation)
+        pred = {(m.type, m.start, m.end) for m in found if m.type in proc.types}
         gold = set(gold)
         for kind, s, e in pred:
             n_pred[kind] += 1
@@ -191,18 +203,17 @@ def report(title, res):
 #   credit_card  precision 1.000 (2/2)    recall 1.000 (2/2)
 #   iban         precision 1.000 (2/2)    recall 1.000 (2/2)
 #   ssn          precision 1.000 (5/5)    recall 1.000 (5/5)
-# Against the labels' own definitions (unmapped): phone recall 15/16 (the bare "4258829090"),
+# Against the labels' own definitions (unmapped): phone recall 15/16 (Synthea's 555-780-8673),
 # ssn recall 5/10 (three undelimited/half-delimited numbers, Synthea's 999-90-5728 twice).
 # The floors sit just below the measured values; on sets this small they allow at most one more error.
 FLOORS = {
-    "email": (0.95, 0.95), "phone": (0.90, 0.92), "ip_address": (0.95, 0.95),
+    "email": (0.95, 0.95), "phone": (0.90, 0.95), "ip_address": (0.95, 0.95),
     "credit_card": (0.95, 0.95), "iban": (0.95, 0.95), "ssn": (0.95, 0.95),
 }
 
 
-@real_data
-def test_precision_and_recall_per_type_on_labelled_real_data():
-    units = labelled_units()
+def test_precision_and_recall_per_type_on_labelled_real_data(PII):  # noqa: N803
+    units = labelled_units(PII)
     raw = measure(units, {})
     mapped_units = [(n, t, [g for g in gold if in_our_definition(g[0], t[g[1]:g[2]])]) for n, t, gold in units]
     res = measure(mapped_units, {})
@@ -217,130 +228,72 @@ def test_precision_and_recall_per_type_on_labelled_real_data():
     assert raw["ssn"]["gold"] - res["ssn"]["gold"] == 5
 
 
-# Unlabelled real text (CC documents, web pages from real crawls, Wikipedia, news, a web forum, Gutenberg
-# books): every detection was reviewed by hand. Reviewed true positives (value -> True) and false positives
-# (-> False); a detection not listed counts as a false positive, so a change that adds noise lowers the
-# measured precision and fails here.
-REVIEWED = {
-    # phones
-    "781-442-0750": True,          # AG News: "contact Miriam Kandansky at 781-442-0750"
-    "(801) 596-1887": True,        # the Project Gutenberg Literary Archive Foundation, in every book
-    "020 7393 1500": True, "+32 (0)2 790 75 75": True, "+32 (0)2 790 75 85": True,  # CC contact pages
-    "415-561-6767": True, "(866) 329-7480": True, "206-543-9196": True,  # archive.org, docucomp, UW
-    "0512-55111066": True, "0512-55111088": True, "021-56692669": True, "021-36070335": True,  # Chinese
-    "021-54098575": True, "021-54098577": True, "00852-27100021": True, "00852-26875563": True,  # pages
-    "0900 4683643": True,          # Dutch service number
-    "03549-02811": False,          # ABC news: star catalogue number "GSC 03549-02811" (a national-number shape)
-    # e-mail addresses (the @name@host ones are fediverse handles, which are written as e-mail addresses)
-    **dict.fromkeys(
-        "business@pglaf.org gbnewby@pglaf.org ask@bufvc.ac.uk info@claihr.ca info@eun.org info@archive.org "
-        "moviearchive-subscribe@yahoogroups.com tz@iana.org team@data.gov.uk shrinkthinks@spore.social "
-        "scanner-rachel-berhane@archive.org scanner-adrian-wiemhoff@archive.org mhoye@mastodon.social "
-        "info@docucomp.com info@creativecommons.org contact@stanley-ks.cn b2c@wien.rocks axz@cs.uw.edu "
-        "anaik@cs.cmu.edu Xanatos@social.dev-wiki.de 550502573@qq.com".split(), True),
-    # public IP addresses: IANA's root-server table, a CC page on crawler addresses
-    **dict.fromkeys(
-        "38.107.191.66 38.107.191.119 202.12.27.33 199.7.91.13 199.7.83.42 198.41.0.4 193.0.14.129 "
-        "192.58.128.30 192.5.5.241 192.36.148.17 192.33.4.12 192.228.79.201 192.203.230.10 192.112.36.4 "
-        "128.63.2.53 2001:dc3::35 2001:7fe::53 2001:7fd::1 2001:503:c27::2:30 2001:503:ba3e::2:30 2001:500:3::42 "
-        "2001:500:2f::f 2001:500:2d::d 2001:500:1::803f:235".split(), True),
-    # private, documentation and multicast addresses, written as addresses: IANA's multicast registry and
-    # address-format pages, a web forum's "127.0.0.1"
-    **dict.fromkeys(
-        "192.0.2.53 2001:0db8:582:ae33::29 224.0.2.0 224.0.255.255 224.3.0.0 224.4.255.255 233.252.0.0 "
-        "233.255.255.255 224.252.0.0 224.255.255.255 224.0.1.0 224.0.1.255 224.0.0.0 224.0.0.255 224.1.0.0 "
-        "224.1.255.255 224.5.0.0 224.251.255.255 225.0.0.0 231.255.255.255 224.2.0.0 224.2.255.255 232.0.0.0 "
-        "232.255.255.255 127.0.0.1".split(), True),
-    "10.0.0.210": False,           # firefox forum: "If Shockwave player 10.0.0.210 is installed" (a version)
-}
-WARC_PAGES = ("aut_warc_example.warc.gz", "dolma_sample-0000.warc.gz", "dolma_sample-0001.warc.gz",
-              "pywb_iana.warc.gz", "ukwa_govuk_BL-20140325121225068.warc.gz",
-              "ukwa_govuk_BL-20140325122341434.warc.gz", "resiliparse_warcfile.warc.gz")
+# ------------------------------------------------------------------------------------- development set
+
+# Measured (2026-11, seed 0, 1,500 synthetic documents + 11.9 MB of hand-labelled real text): every type
+# >= 0.99 precision; recall 1.000 except credit_card 0.98 (Faker's JCB 16 numbers in 3500-3527 / 3590-3599,
+# outside the registry's 3528-3589, and its Maestro "0604") and phone 0.98 (mobile numbers written without
+# a trunk prefix or phone word). benchmarks/RESULTS.md (section PII) has the full table.
+DEV_FLOOR = 0.95
+# The only detections in the real text that are not PII (reviewed): a version number that is a valid IPv4
+# address, and a star catalogue number that is a valid national phone number.
+KNOWN_REAL_FALSE = {("ip_address", "10.0.0.210"), ("phone", "03549-02811")}
 
 
-def reviewed_true(value: str) -> bool:
-    return REVIEWED.get(value, False)
+@pytest.fixture(scope="module")
+def devset(shared_data):
+    from tokenmill.pii.detectors import DEFAULT_REGIONS
+
+    synth, gen = pii_devset.synthetic_units(1500, seed=0, regions=DEFAULT_REGIONS)
+    return synth, pii_devset.real_units(), gen
 
 
-def unlabelled_corpus():
-    from warcio.archiveiterator import ArchiveIterator
-
-    from tokenmill.ingest.text import Drop, payload_to_text
-
-    for name in WARC_PAGES:  # HTML responses, extracted to text the way ingest does
-        with open(DATA / "warc" / name, "rb") as fh:
-            for rec in ArchiveIterator(fh):
-                if rec.rec_type == "response" and rec.http_headers is not None:
-                    try:
-                        text, _, _ = payload_to_text(rec.content_stream().read(),
-                                                  rec.http_headers.get_header("Content-Type"), "resiliparse")
-                    except Drop:
-                        continue
-                    yield name, text
-    for f in sorted((DATA / "cc_jsonl").glob("*.jsonl.gz")):
-        with gzip.open(f, "rt") as fh:
-            for line in fh:
-                yield f.name, json.loads(line)["text"]
-    text = DATA / "text"
-    yield "wikitext-2", (text / "wikitext-2/wiki.test.raw.blanklines_stripped_crlf").read_text("utf-8")
-    for f in sorted((text / "english/nltk_webtext").glob("*.txt")):
-        yield f.name, f.read_text("utf-8", errors="replace")
-    for f in sorted((text / "news/nltk_abc").glob("*.gz")):
-        yield f.name, gzip.open(f, "rt", encoding="utf-8", errors="replace").read()
-    yield "ag_news", (text / "news/ag_news/test.csv").read_text("utf-8")
-    for f in sorted((text / "gutenberg/en").glob("*.txt.gz"))[:2]:
-        yield f.name, gzip.open(f, "rt", encoding="utf-8", errors="replace").read()
+def test_precision_and_recall_per_type_on_the_development_set(devset):
+    synth, real, gen = devset
+    res = pii_devset.measure(synth + real)
+    print("\n" + pii_devset.table(res))
+    for what, rows in res["_errors"].items():
+        for row in rows:
+            print(f"  {what}: {row[:3]}")
+    for kind in TYPES:
+        assert res[kind]["gold"] >= 40, (kind, res[kind])  # enough labels to measure
+        assert res[kind]["precision"] >= DEV_FLOOR, (kind, res[kind])
+        assert res[kind]["recall"] >= DEV_FLOOR, (kind, res[kind])
+    # The set covers what the issue found missed: numbers without "+", dotted and dashed national layouts,
+    # cards of 12 and 15 digits, lower-case IBANs; each kind among the labels.
+    values = {(k, u.text[s:e]) for u in synth for k, s, e in u.gold}
+    assert any(k == "phone" and not v.startswith(("+", "(+")) for k, v in values)
+    assert any(k == "phone" and re.fullmatch(r"\d{3}\.\d{3}\.\d{4}", v) for k, v in values)
+    assert any(k == "credit_card" and len(re.sub(r"\D", "", v)) == 12 for k, v in values)
+    assert any(k == "credit_card" and len(re.sub(r"\D", "", v)) == 15 for k, v in values)
+    assert any(k == "iban" and v == v.lower() for k, v in values)
+    # In the real text, nothing beyond the two reviewed look-alikes is taken for PII.
+    real_res = pii_devset.measure(real)
+    false = {(k, v) for _, k, v, _ in real_res["_errors"]["false_positives"]}
+    assert false <= KNOWN_REAL_FALSE, false - KNOWN_REAL_FALSE
+    assert sum(real_res[k]["gold"] for k in TYPES) >= 100
 
 
-@real_data
-def test_precision_on_unlabelled_real_text():
-    # Measured (default params): 11.9 MB, 110 detections, 108 reviewed true (0.982).
-    #   email 32/32; phone 27/28 (the false one: a star catalogue number); ip_address 49/50 (the false one:
-    #   "Shockwave player 10.0.0.210", a version; "TouchWare Desktop 2.9.0.5" is rejected as one);
-    #   credit_card, iban, ssn 0/0: none in this text, and no false ones (before the timestamp rule,
-    #   14-digit crawl timestamps such as 20080430204832 passed as cards: one in ten passes Luhn).
-    #   With keep_private_ip: true, 25 private/multicast addresses and the version are left: 84 detections.
+def test_the_processor_redacts_the_labelled_values(devset):
+    """Through PIIProcessor (the stage's processor), not the detectors: labelled values are gone from its
+    output text, and its per-type counts match the labels."""
+    synth, _, _ = devset
     proc = PIIProcessor({})
-    hits, chars = [], 0
-    for name, text in unlabelled_corpus():
-        chars += len(text)
-        out = proc({"doc_id": name, "text": text})
-        found = [(name, m.type, text[m.start:m.end]) for m in find_all(text)]
-        assert sum(out.scores.values()) == len(found)
-        hits += found
-    by_type = {t: [h for h in hits if h[1] == t] for t in TYPES}
-    good = [h for h in hits if reviewed_true(h[2])]
-    print(f"\nunlabelled real text: {chars / 1e6:.1f} MB, {len(hits)} detections, {len(good)} reviewed true")
-    for t, hs in by_type.items():
-        print(f"  {t:12s} {sum(reviewed_true(h[2]) for h in hs)}/{len(hs)} reviewed true")
-    for h in hits:
-        if not reviewed_true(h[2]):
-            print("  not a true positive:", h)
-    assert len(hits) >= 100 and len(good) / len(hits) >= 0.97
-    assert sum(reviewed_true(h[2]) for h in by_type["phone"]) / len(by_type["phone"]) >= 0.9
-    assert sum(reviewed_true(h[2]) for h in by_type["ip_address"]) / len(by_type["ip_address"]) >= 0.95
-    for t in ("email", "credit_card", "iban", "ssn"):
-        assert all(reviewed_true(h[2]) for h in by_type[t]), t
-
-
-@real_data
-def test_documents_per_second_on_real_web_documents():
-    """Not asserted (the machine is shared): printed, per core, on the 30 real CC documents (7 KB mean)."""
-    docs = []
-    for f in sorted((DATA / "cc_jsonl").glob("*.jsonl.gz")):
-        with gzip.open(f, "rt") as fh:
-            docs += [{"doc_id": str(i), "text": json.loads(line)["text"]} for i, line in enumerate(fh)]
-    proc = PIIProcessor({})
-    best = min(_timed(proc, docs) for _ in range(3))
-    print(f"\n{len(docs) / best:.0f} documents/s per core "
-          f"({sum(len(d['text']) for d in docs) / len(docs):.0f} characters mean)")
-
-
-def _timed(proc, docs) -> float:
-    t = time.process_time()
-    for d in docs:
-        proc(d)
-    return time.process_time() - t
+    left, labelled, counted = Counter(), Counter(), Counter()
+    for u in synth:
+        out = proc({"doc_id": u.name, "text": u.text})
+        assert out.action == "modify" or not u.gold
+        text = out.text if out.text is not None else u.text
+        for kind, s, e in u.gold:
+            labelled[kind] += 1
+            left[kind] += u.text[s:e] in text
+        for kind in TYPES:
+            counted[kind] += out.scores[f"pii_{kind}"]
+    ignored = sum(len(u.ignore) for u in synth)  # phone numbers either verdict is right for
+    for kind in TYPES:
+        assert left[kind] / labelled[kind] <= 1 - DEV_FLOOR, (kind, left[kind], labelled[kind])
+        most = labelled[kind] * (2 - DEV_FLOOR) + (ignored if kind == "phone" else 0)
+        assert labelled[kind] * DEV_FLOOR <= counted[kind] <= most, (kind, counted[kind], labelled[kind])
 
 
 # -------------------------------------------------------------------------------------- validity rules
@@ -352,7 +305,8 @@ def _with_luhn_digit(partial: str) -> str:
 
 def _kinds(text: str, **params) -> list[tuple[str, str]]:
     proc = PIIProcessor(params)
-    return [(m.type, text[m.start:m.end]) for m in find_all(text, proc.types, proc.keep_private_ip)]
+    found = find_all(text, proc.types, proc.keep_private_ip, proc.phone_regions, proc.phone_validation)
+    return [(m.type, text[m.start:m.end]) for m in found]
 
 
 def test_luhn_invalid_card_numbers_are_left_alone():
@@ -415,6 +369,60 @@ def test_phone_numbers_and_realistic_negatives():
         assert _kinds(text) == [], text
 
 
+def test_phone_formats_the_issue_found_missed_and_the_regions_parameter():
+    # Without "+", dotted and dashed national layouts, international with dots, a trunk "(0)", extensions.
+    for phone in ("425.882.9090", "425-882-9090", "(425)882-9090", "1 425 882 9090", "+61.7.4220.5879",
+                  "+44(0)115 912 3456", "(+57) 301 706 6907", "0033 1 83 41 77 76", "+1-202-555-0143x123",
+                  "01 83 41 77 76", "06 12 34 56 78", "+49 (0) 30 1234567"):
+        assert _kinds(f"Numbers: {phone}; done") == [("phone", phone)], phone
+    # A bare digit string is a number only right after a phone word.
+    assert _kinds("Tel. 0254419193 or 13905833157 after hours") == [("phone", "0254419193")]
+    assert _kinds("Telefon: 13905833157") == [("phone", "13905833157")]   # a Chinese mobile, no trunk 0
+    assert _kinds("order 0254419193 shipped") == []
+    # National numbers are read against the configured regions only; international ones always.
+    hamburg = "040 12345678"
+    assert _kinds(f"Ruf an: {hamburg}.") == []                              # DE is not a default region
+    assert _kinds(f"Ruf an: {hamburg}.", phone_regions=["DE"]) == [("phone", hamburg)]
+    assert _kinds("Ruf an: +49 30 1234 5678.") == [("phone", "+49 30 1234 5678")]
+    # Numbering plans decide: area code 591 is not in service; "possible" checks only the length.
+    assert _kinds("see (591) 341-7776") == []
+    assert _kinds("see (591) 341-7776", phone_validation="possible") == [("phone", "(591) 341-7776")]
+    # Look-alikes with a phone number's shape: EIN, SSN, ranges, years, decimals, versions, IPs.
+    for text in ("EIN 03-5587399", "SSN 078-05-1120", "ports 32768-65535", "1896 1897 1898", "pi 3.14159265",
+                 "build 4920.82.0", "host 192.168.10.12", "scores 4 0 1 0 0 0 1", "14 03 2019"):
+        assert [k for k, _ in _kinds(text)] in ([], ["ssn"], ["ip_address"]), text
+    with pytest.raises(ValueError, match="phone_regions"):
+        PIIProcessor({"phone_regions": ["XX"]})
+    with pytest.raises(ValueError, match="phone_validation"):
+        PIIProcessor({"phone_validation": "loose"})
+
+
+def test_cards_by_issuer_range_and_length():
+    # Valid lengths of their issuers: Maestro 12, Amex 15 (4-6-5), JCB 15 (old 1800 range), Diners 14,
+    # Visa 13 and 19, UnionPay 17.
+    cases = {"501800000009": "5018 0000 0009", "378282246310005": "3782 822463 10005",
+             "180000000000002": None, "30569309025904": "3056 930902 5904", "4222222222222": None,
+             "4111111111111111113": None, "62000000000000004": None}
+    for digits, grouped in cases.items():
+        number = _with_luhn_digit(digits[:-1])
+        assert _kinds(f"card {number} ok") == [("credit_card", number)], number
+        if grouped:
+            printed = grouped[:-1] + number[-1]
+            assert _kinds(f"card {printed} ok") == [("credit_card", printed)], printed
+    # Luhn-valid but no issuer uses that prefix at that length: Visa at 15, Amex at 16, Mastercard at 13,
+    # industry 7 and 8 prefixes (petroleum, telecom), a 12-digit number outside Maestro.
+    for partial in ("41111111111111", "378282246310005", "555555555555", "700000000000000", "80000000000000",
+                    "41111111111"):
+        number = _with_luhn_digit(partial)
+        assert _kinds(f"id {number} ok") == [], number
+
+
+def test_ibans_in_any_case():
+    for printed in ("gb82 west 1234 5698 7654 32", "de89370400440532013000", "Fr14 2004 1010 0505 0001 3M02 606"):
+        assert _kinds(f"IBAN {printed}.") == [("iban", printed)], printed
+    assert _kinds("iban gb83 west 1234 5698 7654 32") == []  # wrong check digits, whatever the case
+
+
 def test_emails_and_their_lookalikes():
     assert _kinds("write to John.Doe+news@mail.example.co.uk.") == [("email", "John.Doe+news@mail.example.co.uk")]
     assert _kinds("<a href='mailto:info@eun.org'>") == [("email", "info@eun.org")]
@@ -443,7 +451,6 @@ def test_entities_planted_in_the_sample_corpus_are_found_exactly():
     """
     import random
 
-    plant = pytest.importorskip("tokenmill.sample.plant")
     ours = {"email": "email", "phone": "phone", "ipv4": "ip_address", "credit_card": "credit_card",
             "iban": "iban", "us_ssn": "ssn"}
     rng = random.Random(7)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import phonenumbers
+
 from tokenmill.docstage import Outcome
-from tokenmill.pii.detectors import TYPES, find_all
+from tokenmill.pii.detectors import DEFAULT_REGIONS, PHONE_VALIDATION, TYPES, find_all
 
 DEFAULT_TOKENS = {
     "email": "<EMAIL>",
@@ -23,18 +25,19 @@ DEFAULT_TOKENS = {
     "iban": "<IBAN>",
     "ssn": "<SSN>",
 }
-PARAMS = ("enabled", "tokens", "keep_private_ip")
+PARAMS = ("enabled", "tokens", "keep_private_ip", "phone_regions", "phone_validation")
 
 
 def redact(text: str, types: tuple[str, ...] = TYPES, tokens: Mapping[str, str] = DEFAULT_TOKENS,
-           keep_private_ip: bool = False) -> tuple[str, dict[str, int]]:
+           keep_private_ip: bool = False, phone_regions: tuple[str, ...] = DEFAULT_REGIONS,
+           phone_validation: str = "valid") -> tuple[str, dict[str, int]]:
     """Text with every match of `types` replaced by its type's token, and the number of matches per type.
 
     Every type is detected, enabled or not, before overlaps are resolved: an IBAN's digits stay an IBAN
     (left as they are when IBANs are switched off), never a phone number that happened to fit inside.
     """
     counts = dict.fromkeys(types, 0)
-    matches = [m for m in find_all(text, TYPES, keep_private_ip) if m.type in counts]
+    matches = [m for m in find_all(text, TYPES, keep_private_ip, phone_regions, phone_validation) if m.type in counts]
     if not matches:
         return text, counts
     parts, pos = [], 0
@@ -47,7 +50,8 @@ def redact(text: str, types: tuple[str, ...] = TYPES, tokens: Mapping[str, str] 
 
 
 class PIIProcessor:
-    """params (conf/pii/default.yaml): enabled {type: bool}, tokens {type: str}, keep_private_ip: bool.
+    """params (conf/pii/default.yaml): enabled {type: bool}, tokens {type: str}, keep_private_ip: bool,
+    phone_regions [ISO 3166 alpha-2 codes], phone_validation "valid" | "possible".
 
     Types left out of `enabled` are on; tokens left out get the defaults. Unknown keys or type names
     are errors, so that a typo in params.yaml cannot silently switch redaction off.
@@ -68,10 +72,21 @@ class PIIProcessor:
         self.types = tuple(t for t in DEFAULT_TOKENS if enabled.get(t, True))
         self.tokens = {**DEFAULT_TOKENS, **{t: str(v) for t, v in tokens.items()}}
         self.keep_private_ip = bool(params.get("keep_private_ip", False))
+        regions = params.get("phone_regions", DEFAULT_REGIONS)
+        if isinstance(regions, str) or not all(isinstance(r, str) for r in regions):
+            raise ValueError(f"pii.phone_regions: a list of region codes such as [US, GB], got {regions!r}")
+        self.phone_regions = tuple(r.upper() for r in regions)
+        unknown_regions = [r for r in self.phone_regions if r not in phonenumbers.SUPPORTED_REGIONS]
+        if unknown_regions:
+            raise ValueError(f"pii.phone_regions: unknown regions {unknown_regions} (ISO 3166 alpha-2, e.g. US, GB, DE)")
+        self.phone_validation = params.get("phone_validation", "valid")
+        if self.phone_validation not in PHONE_VALIDATION:
+            raise ValueError(f"pii.phone_validation: one of {list(PHONE_VALIDATION)}, got {self.phone_validation!r}")
 
     def __call__(self, doc: Mapping[str, Any]) -> Outcome:
         text = doc.get("text") or ""
-        new_text, counts = redact(text, self.types, self.tokens, self.keep_private_ip)
+        new_text, counts = redact(text, self.types, self.tokens, self.keep_private_ip, self.phone_regions,
+                                  self.phone_validation)
         scores = {f"pii_{t}": float(n) for t, n in counts.items()}
         if new_text == text and not any(counts.values()):
             return Outcome("keep", "no_pii", scores)
