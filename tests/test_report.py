@@ -33,11 +33,10 @@ def tiny(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def report(tiny, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report") / "reports"
-    summary = build_report(tiny, out, forecast=tiny / "metrics" / "forecast.json",
-                           evaluation=tiny / "data" / "evaluate" / "results.json")
-    return out, summary
+def report(tiny):
+    """What the report stage wrote (stages/report.py, run by `dvc repro report`)."""
+    out = tiny / "reports"
+    return out, json.loads((out / "report.json").read_text())
 
 
 def _chromium() -> str:
@@ -131,6 +130,7 @@ class Chromium:
                 self.proc.wait()
 
 
+@pytest.mark.slow  # drives dvc through the tiny pipeline (tests/tiny_run.py)
 def test_report_opens_in_a_browser_with_every_plot(report, tmp_path):
     out, summary = report
     assert summary["sections"] == {k: "ok" for k in SECTIONS}, summary["not_run"]
@@ -160,6 +160,7 @@ def test_report_opens_in_a_browser_with_every_plot(report, tmp_path):
     (Path(keep) if keep else tmp_path / "report.png").write_bytes(png)
 
 
+@pytest.mark.slow  # drives dvc through the tiny pipeline (tests/tiny_run.py)
 def test_report_tables_hold_the_runs_numbers(tiny, report):
     out, summary = report
     page = (out / "index.html").read_text()
@@ -193,12 +194,14 @@ def test_report_tables_hold_the_runs_numbers(tiny, report):
     assert cmp["compute_as_predicted"] and f"{cmp['actual_loss']:.4g}" in page
 
 
+@pytest.mark.slow  # drives dvc through the tiny pipeline (tests/tiny_run.py)
 def test_missing_inputs_say_not_run(tiny, tmp_path):
     """A project whose lineage exists but nothing after it: no training runs, no forecast, no evaluation."""
     bare = tmp_path / "bare"
     (bare / "lineage").mkdir(parents=True)
     shutil.copy(tiny / "lineage" / lineage.DB_NAME, bare / "lineage" / lineage.DB_NAME)
-    summary = build_report(bare, bare / "reports", forecast=bare / "metrics" / "forecast.json",
+    forecast = bare / "data" / "forecast" / "prediction.json"
+    summary = build_report(bare, bare / "reports", forecast=forecast,
                            evaluation=bare / "data" / "evaluate" / "results.json")
     assert {k for k, v in summary["sections"].items() if v == "not run"} == {"training", "scaling", "evaluation"}
     page = (bare / "reports" / "index.html").read_text()
@@ -206,8 +209,8 @@ def test_missing_inputs_say_not_run(tiny, tmp_path):
     assert "Not run: no forecast at" in page and "Not run: no training run has finished" in page
     assert summary["forecast_comparison"] is None
     # The forecast without the full run: the prediction is shown, the actual loss is not yet there.
-    shutil.copytree(tiny / "metrics", bare / "metrics")
-    summary = build_report(bare, bare / "reports", forecast=bare / "metrics" / "forecast.json")
+    shutil.copytree(tiny / "data" / "forecast", bare / "data" / "forecast")
+    summary = build_report(bare, bare / "reports", forecast=forecast)
     assert summary["sections"]["scaling"] == "ok" and summary["forecast_comparison"] is None
     assert "not run: the full run has not finished" in (bare / "reports" / "index.html").read_text()
     with pytest.raises(FileNotFoundError, match="no lineage database at"):
@@ -228,6 +231,7 @@ def _audit_commands() -> list[str]:
             for line in block.splitlines() if line.startswith("tokenmill audit")]
 
 
+@pytest.mark.slow  # drives dvc through the tiny pipeline (tests/tiny_run.py)
 def test_audit_guide_queries_run(tiny):
     """Every SQL statement of docs/audit.md runs on the audit connection of a real run's lineage, and every
     `tokenmill audit` command it shows exits 0 in the run's directory."""

@@ -1,22 +1,18 @@
 """A real pipeline run, as small as it goes, shared by the forecast and report tests (built once a session).
 
 A fresh copy of the project (the tracked files, a git commit, `dvc init`) with a tiny configuration, driven
-through dvc as a user would: `dvc repro` up to the scouts; the scaling forecast from the scouts' summaries,
-written before the full run exists; `dvc repro pretrain lineage`: the full run and the lineage;
-then the full run exported and evaluated by lm-eval on the embedded held-out benchmark (through the library
-functions, until the export and evaluate stages are in dvc.yaml). About a minute on 2 cores.
+through dvc as a user would: `dvc repro forecast` (the data stages, the scouts and the forecast, which must
+exist before the full run does), then `dvc repro report` (the full run, its export and evaluation, the
+lineage and the report). About two minutes on 2 shared cores.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -39,6 +35,7 @@ train:
   launch: {nproc_per_node: 1}
   logging: {log_interval: 5, eval_interval: 50, eval_sequences: 8}
   checkpoint: {interval: 1000}
+evaluate: {heldout_limit: 4, batch_size: 8}
 scouts:
   s1: {model: {n_layers: 1, d_model: 16, n_heads: 1, n_kv_heads: 1, ffn_dim: 48}, token_budget: 15000}
   s2: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 25000}
@@ -80,30 +77,11 @@ def build(root: Path) -> Path:
     """The project directory of the finished tiny run (built under `root` on the first call)."""
     if "repo" in _BUILT:
         return _BUILT["repo"]
-    from tokenmill import forecast
-
     repo = root / "repo"
     _fresh_clone(repo)
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    scouts = [f"scout@{name}" for name in params["scouts"]]
-    run(["dvc", "repro", *scouts], repo)
+    run(["dvc", "repro", "forecast"], repo)
+    assert (repo / "data" / "forecast" / "prediction.json").is_file()
     assert not (repo / "data" / "train" / "pretrain").exists()  # the forecast is made before the full run
-
-    prediction = forecast.forecast_project(params, repo / "data")
-    (repo / "metrics").mkdir(exist_ok=True)
-    (repo / "metrics" / "forecast.json").write_text(json.dumps(prediction, indent=2, sort_keys=True) + "\n")
-
-    run(["dvc", "repro", "pretrain", "lineage"], repo)
-
-    from tokenmill.evaluate.run import heldout_documents, run_evaluation
-    from tokenmill.export.hf import export_run
-
-    export_run(repo / "data" / "train" / "pretrain", repo / "data" / "tokenizer" / "hf", repo / "data" / "export")
-    benchmarks = [{**b, "path": str(repo / b["path"])} for b in params["decontaminate"]["benchmarks"]]
-    heldout = heldout_documents(repo / "data" / "mixture" / "heldout.parquet",
-                                repo / "data" / "decontaminate" / "documents")
-    run_evaluation(repo / "data" / "export", benchmarks, heldout,
-                   repo / "data" / "decontaminate" / "contamination", repo / "data" / "evaluate",
-                   heldout_limit=4, batch_size=8)
+    run(["dvc", "repro", "report"], repo)
     _BUILT["repo"] = repo
     return repo
