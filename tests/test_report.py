@@ -213,6 +213,19 @@ def test_missing_inputs_say_not_run(tiny, tmp_path):
     summary = build_report(bare, bare / "reports", forecast=forecast)
     assert summary["sections"]["scaling"] == "ok" and summary["forecast_comparison"] is None
     assert "not run: the full run has not finished" in (bare / "reports" / "index.html").read_text()
+    # A full run whose held-out buckets are not the scouts': its loss is not comparable, which the report says.
+    actual = json.loads((tiny / "data" / "train" / "pretrain" / "summary.json").read_text())
+    (bare / "data" / "train" / "pretrain").mkdir(parents=True)
+    (bare / "data" / "train" / "pretrain" / "summary.json").write_text(json.dumps({**actual,
+                                                                                 "heldout_loss": {"code": 5.0}}))
+    build_report(bare, bare / "reports", forecast=forecast)
+    assert "not comparable: actual run: held-out buckets [&#x27;code&#x27;] are not the scouts&#x27;" in \
+        (bare / "reports" / "index.html").read_text()
+    # A damaged input file is an error that names it.
+    (bare / "data" / "evaluate").mkdir(parents=True)
+    (bare / "data" / "evaluate" / "results.json").write_text('{"benchmarks": {')
+    with pytest.raises(ValueError, match=r"evaluate/results.json is not valid JSON"):
+        build_report(bare, bare / "reports", evaluation=bare / "data" / "evaluate" / "results.json")
     with pytest.raises(FileNotFoundError, match="no lineage database at"):
         build_report(tmp_path / "nothing", tmp_path / "nothing" / "reports")
 

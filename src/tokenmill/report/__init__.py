@@ -45,7 +45,7 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     data/train/pretrain/summary.json, when it exists, gives the actual loss to compare with.
     evaluation: the evaluate stage's results.json. Either missing: its section says "not run".
     """
-    from tokenmill.forecast import compare
+    from tokenmill.forecast import ForecastError, compare
     from tokenmill.lineage import DB_NAME, audit_tables, connect
 
     project, out_dir = Path(project), Path(out_dir)
@@ -68,8 +68,13 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
 
     prediction = S.read_json(forecast_path)
     actual = S.read_json(project / "data" / "train" / "pretrain" / "summary.json")
-    comparison = compare(prediction, actual) if prediction is not None and actual is not None else None
-    built.append(S.scaling(plots, prediction, actual, comparison,
+    comparison, incomparable = None, None
+    if prediction is not None and actual is not None:
+        try:
+            comparison = compare(prediction, actual)
+        except ForecastError as exc:  # e.g. the full run reports other held-out buckets: shown, not fatal
+            incomparable = str(exc)
+    built.append(S.scaling(plots, prediction, comparison, incomparable,
                            f"no forecast at {forecast_path}: the forecast stage has not run" if forecast_path
                            else "no forecast given"))
     built.append(S.evaluation(S.read_json(evaluation_path),

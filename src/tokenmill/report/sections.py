@@ -393,7 +393,7 @@ def training(con, plots: Plots, project: Path) -> Section:
 # Scaling forecast and evaluation
 
 
-def scaling(plots: Plots, prediction: Mapping | None, actual: Mapping | None, comparison: Mapping | None,
+def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None, incomparable: str | None,
             missing: str) -> Section:
     s = Section("scaling", "Scaling forecast")
     if prediction is None:
@@ -437,7 +437,8 @@ def scaling(plots: Plots, prediction: Mapping | None, actual: Mapping | None, co
         *((("actual loss", comparison["actual_loss"]), ("error (actual - predicted)", comparison["error"]),
            ("relative error", comparison["relative_error"]),
            ("trained the compute forecast", comparison["compute_as_predicted"])) if comparison else
-          (("actual loss", "not run: the full run has not finished"),)),
+          (("actual loss", f"not comparable: {incomparable}" if incomparable else
+            "not run: the full run has not finished"),)),
     ]))
     if prediction.get("excluded"):
         s.html.append(table(["excluded scout", "reason"], [(e["name"], e["reason"]) for e in prediction["excluded"]]))
@@ -482,5 +483,11 @@ def _pm(value, stderr) -> str:
 
 
 def read_json(path: Path | None) -> dict | None:
-    return json.loads(path.read_text()) if path is not None and path.exists() else None
+    """The file's JSON, None when it does not exist; a damaged file is an error naming it."""
+    if path is None or not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"report: {path} is not valid JSON ({exc})") from None
 
