@@ -1,6 +1,7 @@
 """The filter stage on real text: language ID accuracy, every heuristic rule, block-lists, licences, buckets.
 
-Real data is read in place from ../shared/data (see its SOURCES.md files); tests skip without it.
+Real data is read in place from ../shared/data (see its SOURCES.md files); without it these tests skip, and
+fail under CI=true (tests/conftest.py). tests/test_filters_real_prose.py runs every rule over whole corpora.
 - UDHR in 387 languages (text/multilingual/udhr2): lid.176 accuracy on the languages it has labels for.
 - Clean English prose: WikiText-2 raw test articles, ABC rural news, State of the Union addresses, chapters
   of Alice in Wonderland (Gutenberg). Each rule test starts from one clean article that passes every rule
@@ -411,6 +412,28 @@ def test_rule_growing_violation(rules_proc, base_paragraphs, rule):
             lo = mid
     out = rules_proc(doc(make(base_paragraphs, hi)))
     assert out.reason == rule, (hi, out.reason, out.scores[out.reason], out.scores[rule])
+
+
+def test_punctuation_rules_read_typographic_quotes_and_brackets(rules_proc):
+    """Line ends as printed prose has them count as punctuated (FineWeb) and terminal (C4); the same lines
+    with the end mark removed, an ellipsis, or a colon do not."""
+    from tokenmill.filters import c4
+
+    ends = ["she said.”", "he said.’", "« Non. »", "it was ‹ over. ›", "(as shown above.)", "“Why?”)",
+            "the sixth [see note 4.]", "he left.”]", "in the dark.)_", "may be infinite.(170)", "no more!’”"]
+    lines = [f"The long line of prose number {i} in this test ends as printed books end it: {e}"
+             for i, e in enumerate(ends)]
+    text = "\n\n".join(lines)
+    scores = rules_proc(doc(text)).scores
+    assert scores["fineweb_line_punct_ratio"] == 1.0 and scores["c4_terminal_punct_char_frac"] == 1.0
+    for line in lines:
+        assert c4.is_terminal(line), line
+    # A closing bracket without an end mark, an ellipsis (C4 never counts one), a colon: not terminal.
+    for bad in ("(as shown above)", "[note 4]", "and then...”", "and so on…", "and he says:"):
+        assert not c4.is_terminal(f"A line of prose that ends {bad}"), bad
+    stripped = "\n\n".join(re.sub(r"""[.?!"'”’»›)\]_(0-9 ]+$""", "", line) for line in lines)
+    scores = rules_proc(doc(stripped)).scores
+    assert scores["fineweb_line_punct_ratio"] == 0.0 and scores["c4_terminal_punct_char_frac"] == 0.0
 
 
 def test_ngram_char_fractions_by_hand():

@@ -9,8 +9,9 @@ fraction with a threshold:
 - c4_terminal_punct_char_frac: share of the characters of non-blank lines that are in lines ending in
   terminal punctuation, i.e. the part of the text C4's punctuation rule would keep. Weighted by characters,
   not lines: a Wikipedia article's section headings are a third of its lines but a few percent of its text
-  (the line share is FineWeb's fineweb_line_punct_ratio). Terminal punctuation is C4's . ? ! " , also when
-  followed by closing brackets or quotes (".)" "?”"), never "..."; Wikipedia citation marks ([1], [edit])
+  (the line share is FineWeb's fineweb_line_punct_ratio). Terminal punctuation is C4's . ? ! " and the
+  typographic closing quotes ” » ›, also when followed by closing brackets or quotes (".)" "?”" "”)") and
+  a footnote marker ("infinite.(170)"), never "..." or "…"; Wikipedia citation marks ([1], [edit])
   are removed first, as C4 does. Dropped below `min_terminal_punct_char_frac` (0.5: at least half the text
   survives C4's line rule; measured 5th percentiles: WikiText articles 0.80, ABC news 0.89).
 - c4_javascript_line_frac, c4_policy_line_frac: share of non-blank lines C4 would delete for mentioning
@@ -47,11 +48,13 @@ DEFAULTS = {
 }
 
 _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]", re.I)
-# C4's end marks . ? ! " ; the first three may be followed by closing brackets and quotes.
-_CLOSING = r"""[)\]"'”’»]*"""
-_TERMINAL = re.compile(rf"""(?:[.?!]{_CLOSING}|")$""")
+# C4's end marks . ? ! " , with the typographic closing quotes ” » › counted like ". Each may be followed by
+# closing brackets and quotes: 'she said.”', 'as shown (see above).', '“Why?”)'.
+# A footnote marker ("infinite.(170)") and Gutenberg's italic underscores (".)_") may follow too.
+_CLOSING = r"""[)\]}"'”’»›_]*"""
+_TERMINAL = re.compile(rf"""(?:[.?!]|["”»›]){_CLOSING}(?:\(\d{{1,3}}\)|\[\d{{1,3}}\])?$""")
 _ELLIPSIS_END = re.compile(rf"(?:\.\.\.|…){_CLOSING}$")
-_SENTENCE_END = re.compile(r"[.!?]+['\"”’)\]]*(?:\s|$)")
+_SENTENCE_END = re.compile(r"[.!?]+['\"”’»›)\]}]*(?:\s|$)")
 
 
 def is_terminal(line: str) -> bool:
