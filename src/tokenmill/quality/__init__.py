@@ -9,6 +9,12 @@ Scores are cross-fitted: documents are split into folds by a hash of their doc_i
 fold on the examples of the other folds, and each document is scored by the model that never saw it. The
 negatives are crawl documents that are themselves being cut; scored in-sample they would all look alike
 (memorised as low quality), and the cut would rank noise.
+
+Even out of fold, a classifier that separates its training sets perfectly can put every crawl page near 0
+(it learnt "reference vs crawl", nothing that tells crawl pages apart): cutting 30% of such scores is a
+draw. So the held-out scores of the cut buckets must be spread out (score_spread >= min_score_spread), or
+the stage refuses (on_degenerate: refuse) or keeps every document with the reason recorded (skip_cut).
+Each document is predicted once: a scoring pass keeps every score, and the decisions are made from them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import hashlib
 import multiprocessing
 import os
 import re
+import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -25,6 +32,7 @@ from typing import Iterable, Mapping
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.docstage import Outcome, map_document_shards
@@ -32,6 +40,7 @@ from tokenmill.execution import log_phase, make_executor
 from tokenmill.runtime import StageRun
 
 LABEL_HQ, LABEL_LQ = "__label__hq", "__label__lq"
+DEFAULT_MIN_SCORE_SPREAD = 0.02  # conf/quality/default.yaml: min_score_spread, with the measurement behind it
 _SPACE = re.compile(r"\s+")
 
 
@@ -148,33 +157,64 @@ def out_of_fold_scores(model_dir: str, seed: int, folds: int, items: list[tuple[
     return out
 
 
-def score_shard(task: tuple[str, str, int, int, int, list[str]]) -> np.ndarray:
-    """Worker: scores of the cut buckets' documents in one shard (for the top-fraction cut-off)."""
-    path, model_dir, seed, folds, max_chars, buckets = task
+def _scores_file(scratch: str | Path, first_doc_id: str) -> Path:
+    """Where a shard's precomputed scores are kept: named by its first doc_id (doc_ids are unique, so no two
+    non-empty shards share it). The processor finds them from the documents docstage hands it."""
+    return Path(scratch) / f"{hashlib.blake2b(first_doc_id.encode(), digest_size=12).hexdigest()}.parquet"
+
+
+def score_shard(task: tuple[str, str, int, int, int, list[str], str]) -> np.ndarray:
+    """Worker: the quality score of every document of one shard, each predicted once, by the fold model that
+    never saw it. Kept in `scratch` for the decisions; returns the cut buckets' scores (for the cut)."""
+    path, model_dir, seed, folds, max_chars, buckets, scratch = task
     rows = pq.read_table(path, columns=["doc_id", "text", "bucket"]).to_pylist()
-    items = [(r["doc_id"], prepare(r["text"], max_chars)) for r in rows if r["bucket"] in buckets]
-    return out_of_fold_scores(model_dir, seed, folds, items) if items else np.array([])
+    if not rows:
+        return np.array([])
+    scores = out_of_fold_scores(model_dir, seed, folds, [(r["doc_id"], prepare(r["text"], max_chars)) for r in rows])
+    pq.write_table(pa.table({"doc_id": [r["doc_id"] for r in rows], "score": scores}),
+                   _scores_file(scratch, rows[0]["doc_id"]))
+    return scores[np.array([r["bucket"] in buckets for r in rows], dtype=bool)]
 
 
 class QualityProcessor:
-    """Per-document decision given the trained fold models and a cut-off (params carry both)."""
+    """Per-shard decisions from the scores of the scoring pass (nothing is predicted here) and the cut-off.
+
+    params carry the scratch directory of those scores, the cut-off, and, when the cut was skipped because
+    the scores could not rank the crawl, the reason (every document is then kept and says why).
+    """
 
     def __init__(self, params: Mapping):
-        self.model_dir = params["_model_dir"]
+        self.scratch = params["_scores_dir"]
         self.cutoff = float(params["_cutoff"])
-        self.max_chars = int(params["max_chars"])
+        self.skipped = params.get("_cut_skipped")  # None, or why the cut was not made
         self.cut_buckets = set(params["cut_buckets"])
-        self.seed, self.folds = int(params["model"]["seed"]), int(params["model"]["folds"])
 
-    def __call__(self, doc: dict) -> Outcome:
-        item = [(doc["doc_id"], prepare(doc["text"], self.max_chars))]
-        score = float(out_of_fold_scores(self.model_dir, self.seed, self.folds, item)[0])
+    def batch(self, docs: list[dict]):
+        if not docs:
+            return
+        table = pq.read_table(_scores_file(self.scratch, docs[0]["doc_id"]))
+        if table["doc_id"].to_pylist() != [d["doc_id"] for d in docs]:
+            raise RuntimeError("quality: the scores of the scoring pass do not belong to this shard "
+                               f"(first document {docs[0]['doc_id']}); the input changed during the stage")
+        for doc, score in zip(docs, table["score"].to_numpy()):
+            yield self.decide(doc["bucket"], float(score))
+
+    def decide(self, bucket: str, score: float) -> Outcome:
         scores = {"quality_score": round(score, 6)}
-        if doc["bucket"] not in self.cut_buckets:
+        if bucket not in self.cut_buckets:
             return Outcome("keep", "bucket_not_cut", scores)
+        if self.skipped:
+            return Outcome("keep", "quality_cut_skipped", scores, {"why": self.skipped})
         if score >= self.cutoff:
             return Outcome("keep", "above_quality_cut", scores)
         return Outcome("drop", "below_quality_cut", scores, {"cutoff": round(self.cutoff, 6)})
+
+
+def score_spread(scores: np.ndarray, low: float = 0.1, high: float = 0.9) -> float:
+    """How far apart the held-out scores of the crawl lie: the 90th minus the 10th percentile of P(hq).
+    Near 0 when the classifier puts every crawl page in the same place (all ~0: it learnt "reference vs
+    crawl" and nothing that tells crawl pages apart), so that any cut through them is decided by noise."""
+    return float(np.quantile(scores, high) - np.quantile(scores, low)) if scores.size else 0.0
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -196,6 +236,10 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
     seed, folds = int(params["model"]["seed"]), int(params["model"].get("folds", 2))
     if folds < 2:
         raise ValueError("quality.model.folds must be at least 2: scores are cross-fitted")
+    on_degenerate = params.get("on_degenerate", "refuse")
+    if on_degenerate not in ("refuse", "skip_cut"):
+        raise ValueError(f"quality.on_degenerate must be refuse or skip_cut, got {on_degenerate!r}")
+    min_spread = float(params.get("min_score_spread", DEFAULT_MIN_SCORE_SPREAD))
     with StageRun("quality", data_root / "quality", dict(params), input_stage=input_stage) as run:
         pos, neg = training_examples(input_glob, params)
         run.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds}
@@ -214,18 +258,40 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
         if sep < float(params.get("min_separation", 0.2)):
             raise ValueError(f"quality: the classifier did not learn (held-out mean P(hq) of positives minus "
                              f"negatives = {sep:.4f} < min_separation); raise quality.model.epoch or lr, or add examples")
-        if keep["mode"] == "threshold":
+        # One scoring pass: every document predicted once, its score kept for the decisions; the cut
+        # buckets' scores decide whether a cut means anything and where it lies.
+        scratch = run.tmp / "_scores"
+        scratch.mkdir()
+        tasks = [(str(p), str(run.tmp), seed, folds, int(params["max_chars"]), list(params["cut_buckets"]),
+                  str(scratch)) for p in shards]
+        with make_executor(execution_cfg) as ex:
+            scores = np.concatenate([np.array([])] + ex.map(score_shard, tasks, desc="quality scores"))
+        spread = score_spread(scores)
+        run.metrics["crawl_score_spread"] = round(spread, 4)
+        skipped = None
+        if scores.size and spread < min_spread:
+            why = (f"held-out scores of the {scores.size} documents in the cut buckets cannot rank them: 90th - "
+                   f"10th percentile of P(hq) = {spread:.4f} < min_score_spread {min_spread} (range "
+                   f"{scores.min():.4f}..{scores.max():.4f}); a cut would be decided by noise")
+            if on_degenerate == "refuse":
+                raise ValueError(f"quality: {why}. Give the classifier reference text closer to the good part of "
+                                 f"the crawl, or set quality.on_degenerate: skip_cut to keep every document")
+            skipped = f"degenerate_scores: spread {spread:.4f} < {min_spread}"
+            log_phase("quality", f"cut skipped: {why}")
+        if skipped:
+            cutoff = 0.0
+        elif keep["mode"] == "threshold":
             cutoff = float(keep["threshold"])
         else:
-            tasks = [(str(p), str(run.tmp), seed, folds, int(params["max_chars"]), list(params["cut_buckets"]))
-                     for p in shards]
-            with make_executor(execution_cfg) as ex:
-                scores = np.concatenate([np.array([])] + ex.map(score_shard, tasks, desc="quality scores"))
             # Keep the top fraction: the cut-off is the score at that quantile of the cut buckets.
             cutoff = float(np.quantile(scores, 1 - float(keep["top_fraction"]))) if scores.size else 0.0
         run.extra["cutoff"] = cutoff
+        run.extra["cut_skipped"] = skipped
         run.metrics["cutoff"] = round(cutoff, 6)
-        proc_params = {**params, "_model_dir": str(run.tmp), "_cutoff": cutoff}
+        run.metrics["cut_skipped"] = skipped is not None
+        proc_params = {"cut_buckets": list(params["cut_buckets"]), "_scores_dir": str(scratch), "_cutoff": cutoff,
+                       "_cut_skipped": skipped}
         map_document_shards(run, input_stage, "tokenmill.quality:QualityProcessor", proc_params, execution_cfg,
                             data_root)
+        shutil.rmtree(scratch)  # scratch, not output: the decisions hold every score
     return run.manifest
