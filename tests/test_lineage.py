@@ -10,7 +10,7 @@ from tokenmill import cli, lineage
 from tokenmill.ingest import run_ingest
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data not present")
+pytestmark = pytest.mark.usefixtures("shared_data")  # skips without ../shared/data; fails under CI=true
 
 SOURCES = {
     "cc": {"format": "warc", "bucket": "web", "licence": "cc-terms-of-use", "snapshot": "CC-MAIN-2020-34",

@@ -13,7 +13,7 @@ from tokenmill.tokenize import run_tokenize, tier_of
 from tokenmill.tokenizer import Tokenizer, train_tokenizer
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data not present")
+pytestmark = pytest.mark.usefixtures("shared_data")  # skips without ../shared/data; fails under CI=true
 
 
 def _docs() -> list[dict]:
