@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test params clean-data
+.PHONY: install browser demo test params clean-data
 
 install: $(VENV)/.installed
 
@@ -28,8 +28,13 @@ demo: install
 	tokenmill audit verify
 	for stage in ingest filter pii dedup quality decontaminate; do tokenmill audit stage $$stage; echo; done
 
-test: install
+test: install browser
 	$(PY) -m pytest -q
+
+# The report test opens reports/index.html in a real headless browser: Debian's chromium (needs root or sudo).
+browser:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \
+	  (sudo apt-get update -qq && sudo apt-get install -y -qq chromium)
 
 # Recompose params.yaml from conf/ (dvc exp run does this itself).
 params: install

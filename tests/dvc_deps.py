@@ -14,7 +14,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-SIDE = ("runs", "metrics", "plots", "dvclive", ".trace", ".dvc", ".git", ".venv")
+SIDE = ("runs", "metrics", "plots", ".trace", ".dvc", ".git", ".venv")
 # Read by DVCLive, which looks up the DVC repository it logs in; they shape no output.
 REPO_FILES = {"dvc.yaml", "dvc.lock", ".gitignore", ".dvcignore"}
 UNDECLARED_MODULES = {"tokenmill.trace"}  # the recorder itself, imported only while tracing

@@ -26,8 +26,7 @@ from tokenmill.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
-STAGES = list(dvc_deps.expand(yaml.safe_load((ROOT / "dvc.yaml").read_text()), PARAMS)["stages"])
+DATA_STAGES = ["sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer", "tokenize"]
 
 
 def _run(args, cwd, check=True, **extra_env):
@@ -64,11 +63,16 @@ train:
   launch: {nproc_per_node: 2}
   logging: {log_interval: 10, eval_interval: 100}
   checkpoint: {interval: 100}
-scouts:
-  s1: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 50000}
-  s2: {model: {n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_dim: 144}, token_budget: 80000}
-  s3: {model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}, token_budget: 120000}
+evaluate: {limit: 24, heldout_limit: 4}
 """
+# A two-rung ladder (the fewest a power law can be fitted to) keeps the test's three pipelines short.
+TEST_SCOUTS = """# @package scouts
+s1: {model: {name: t1, n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 60000}
+s2: {model: {name: t2, n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_dim: 144}, token_budget: 120000}
+"""
+# The stages of the test's build, with its ladder.
+STAGES = list(dvc_deps.expand(yaml.safe_load((ROOT / "dvc.yaml").read_text()),
+                              {"scouts": yaml.safe_load(TEST_SCOUTS)})["stages"])
 # git commits made by the test and by `dvc exp` need an identity, whatever the machine's git config says.
 IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
             for what, value in (("NAME", "tokenmill-test"), ("EMAIL", "test@tokenmill.invalid"))}
@@ -84,8 +88,10 @@ def _fresh_clone(root: Path) -> Path:
             shutil.copytree(ROOT / item, repo / item, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(ROOT / item, repo / item)
-    with open(repo / "conf" / "config.yaml", "a") as f:
-        f.write(TEST_SIZE)
+    (repo / "conf" / "scouts" / "test.yaml").write_text(TEST_SCOUTS)
+    config = (repo / "conf" / "config.yaml").read_text()
+    assert "  - scouts: cpu_demo" in config
+    (repo / "conf" / "config.yaml").write_text(config.replace("  - scouts: cpu_demo", "  - scouts: test") + TEST_SIZE)
     _run(["git", "init", "-q"], repo)
     _run(["dvc", "init", "-q"], repo)
     _run(["dvc", "config", "hydra.enabled", "True"], repo)
@@ -202,8 +208,36 @@ def test_demo_dag(demo):
     unigram = float(-np.log((counts / counts.sum())[tokens_of("heldout")]).mean())
     final = np.mean(list(summary["heldout_loss"].values()))
     assert final < unigram - 0.3, (final, unigram, summary)  # the full demo: 0.95 nats below (RESULTS.md)
-    for scout in ("s1", "s2", "s3"):
+    for scout in ("s1", "s2"):
         assert (repo / "data" / "train" / "scout" / scout / "final" / "model.safetensors").is_file()
+
+    # The forecast was made from the scouts before the full run trained, and is a loss of the right scale.
+    assert out.index("Running stage 'forecast'") < out.index("Running stage 'pretrain'")
+    predicted = json.loads((repo / "metrics" / "forecast.json").read_text())["forecast"]["predicted_loss"]
+    assert 0 < predicted < np.log(2000) + 1
+
+    # The export loads in transformers with no custom code; evaluate scored the embedded eval set on all and
+    # on clean items, its dirty items exactly the contaminated ones of the contamination table.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(repo / "data" / "export" / "hf")
+    tok = AutoTokenizer.from_pretrained(repo / "data" / "export" / "hf")
+    assert model.config.vocab_size == 2000 and tok("hello world")["input_ids"]
+    results = json.loads((repo / "data" / "evaluate" / "results.json").read_text())
+    bench = results["benchmarks"]["tokenmill_heldout"]
+    scored = [json.loads(line) for line in (repo / "data" / "evaluate" / results["samples"][
+        next(t for t in results["samples"] if "tokenmill_heldout" in t)]).read_text().splitlines()]
+    table = duckdb.connect().execute(
+        "SELECT DISTINCT item_id FROM read_parquet(?) WHERE benchmark = 'tokenmill_heldout' AND contaminated",
+        [str(repo / "data" / "decontaminate" / "contamination" / "*.parquet")]).fetchall()
+    dirty = {r[0] for r in table} & {r["item_id"] for r in scored}
+    assert bench["dirty_items"] == len(dirty) == sum(r["dirty"] for r in scored) > 0
+    metrics = json.loads((repo / "metrics" / "evaluate.json").read_text())["tokenmill_heldout"]
+    assert metrics["dirty_items"] == len(dirty) and metrics["acc_clean"] is not None
+
+    # The report holds every section, none "not run" (tests/test_report.py opens one in a real browser).
+    report = json.loads((repo / "reports" / "report.json").read_text())
+    assert report["images"] and all((repo / "reports" / i).is_file() for i in report["images"])
+    assert report["not_run"] == {}, report["not_run"]
 
     # The batch of a step, rebuilt from the plan by the audit, is what the trainer fed (hash per step), and
     # the audit shows the step's loss and which steps saw a document.
@@ -236,7 +270,7 @@ def test_mixture_experiments(demo):
     before = _outs(repo)
     out = _run(["dvc", "exp", "run", "-n", "code-heavy", "-S", "mixture=code_heavy"], repo).stdout
     # One vocabulary for every mixture: the tokenizer and the token shards are not rebuilt.
-    assert _ran(out) == {"mixture", "lineage", "pretrain"} | {s for s in STAGES if s.startswith("scout@")}, out
+    assert _ran(out) == set(STAGES) - set(DATA_STAGES), out
     after = _outs(repo)
     assert after["data/tokenizer"] == before["data/tokenizer"] and after["data/tokenize"] == before["data/tokenize"]
     assert after["data/mixture"] != before["data/mixture"]
@@ -357,8 +391,7 @@ def test_two_fresh_clones_build_identical_data(demo, tmp_path):
     repo, _, lock = demo
     other = _fresh_clone(tmp_path)
     _run(["dvc", "repro", "mixture"], other)
-    data = [s for s in STAGES if s in ("sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate",
-                                       "tokenizer", "tokenize", "mixture")]
+    data = DATA_STAGES + ["mixture"]
     first = {s: st["outs"] for s, st in yaml.safe_load(lock)["stages"].items() if s in data}
     second = {s: st["outs"] for s, st in yaml.safe_load((other / "dvc.lock").read_text())["stages"].items()}
     assert set(first) == set(data)

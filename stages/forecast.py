@@ -1,0 +1,29 @@
+"""DVC stage `forecast`: the full run's held-out loss predicted from the scouts, before the full run trains.
+
+Usage (dvc.yaml): python stages/forecast.py
+It reads the scouts' summaries (data/train/scout/<name>), the full run's size (model, train) with the
+vocabulary of data/tokenize and the plan of data/mixture; nothing of the full run itself.
+"""
+
+import sys
+
+from tokenmill.forecast import forecast_project
+from tokenmill.runtime import StageRun, input_id, load_params, script, write_json
+
+
+def main() -> int:
+    p = load_params("forecast", "scouts", "model", "train")
+    with StageRun("forecast", "data/forecast", p, libraries=("numpy", "scipy")) as run:
+        for name in p["scouts"]:
+            run.input_hashes[f"scout@{name}"] = input_id(f"data/train/scout/{name}")
+        run.input_hashes.update({"tokenize": input_id("data/tokenize"), "mixture": input_id("data/mixture")})
+        prediction = forecast_project(p, "data")
+        write_json(run.tmp / "prediction.json", prediction)  # what the report sets the actual loss beside
+        run.metrics["forecast"] = {"predicted_loss": round(prediction["predicted_loss"], 4),
+                                   "form": prediction["form"], "points": len(prediction["points"])}
+    print(f"forecast: the full run's held-out loss ({prediction['form']}) will be {prediction['predicted_loss']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(script(main))
