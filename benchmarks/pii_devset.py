@@ -369,8 +369,25 @@ def synthetic_units(n_docs: int, seed: int, regions: tuple[str, ...]) -> tuple[l
 # -------------------------------------------------------------------------------------------- measuring
 
 
-def measure(units: list[Unit], params: dict | None = None) -> dict:
-    """Per-type precision and recall of PIIProcessor's detection (exact span and type) on labelled units."""
+def detectors_at(commit: str):
+    """tokenmill/pii/detectors.py as it was at `commit` (git show), loaded as a module of its own."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    source = subprocess.run(["git", "show", f"{commit}:src/tokenmill/pii/detectors.py"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "detectors_before.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("detectors_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure(units: list[Unit], params: dict | None = None, detect=None) -> dict:
+    """Per-type precision and recall of PIIProcessor's detection (exact span and type) on labelled units.
+    detect(text) -> matches replaces the current detectors (to measure an earlier version)."""
     from tokenmill.pii import PIIProcessor
     from tokenmill.pii.detectors import TYPES, find_all
 
@@ -378,7 +395,10 @@ def measure(units: list[Unit], params: dict | None = None) -> dict:
     tp, n_pred, n_gold = Counter(), Counter(), Counter()
     misses, false = [], []
     for u in units:
-        found = find_all(u.text, TYPES, proc.keep_private_ip, proc.phone_regions, proc.phone_validation)
+        if detect is not None:
+            found = detect(u.text)
+        else:
+            found = find_all(u.text, TYPES, proc.keep_private_ip, proc.phone_regions, proc.phone_validation)
         pred = {(m.type, m.start, m.end) for m in found if m.type in proc.types}
         gold = set(u.gold)
         for kind, s, e in pred:
@@ -416,6 +436,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", action="store_true", help="write the PII section of benchmarks/RESULTS.md")
+    ap.add_argument("--before", metavar="COMMIT", help="also measure tokenmill/pii/detectors.py as of COMMIT")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from benchlib import machine, write_section
@@ -433,6 +454,15 @@ def main() -> None:
         results[name]["_seconds"] = time.process_time() - t
         results[name]["_chars"] = sum(len(u.text) for u in units)
     possible = measure(synth, {"phone_validation": "possible"})
+    before = None
+    if args.before:
+        old = detectors_at(args.before)
+        before = measure(synth + real, detect=old.find_all)
+        t = time.process_time()
+        for u in synth + real:
+            old.find_all(u.text)
+        before["_seconds"] = time.process_time() - t
+        print(f"\ndetectors at {args.before}:\n" + table(before))
     for name, res in results.items():
         print(f"\n{name}: {len(synth) if name == 'synthetic' else ''} {res['_chars'] / 1e6:.1f} MB, "
               f"{res['_seconds']:.1f} CPU s to detect")
@@ -481,6 +511,13 @@ Both together:
   {possible['phone']['precision']:.3f}, recall {possible['phone']['recall']:.3f}; it also redacts Faker's numbers in unallocated ranges.
 - Detection time: {results['all']['_seconds']:.1f} CPU s for {results['all']['_chars'] / 1e6:.1f} MB
   ({results['all']['_chars'] / 1e6 / results['all']['_seconds']:.1f} MB per CPU-second, all six types).
+"""
+    if before:
+        text += f"""
+The detectors before this work (`--before {args.before}`: regex phone shapes, cards 13-19 digits by first digit,
+upper-case IBANs), same sets, both together, {before['_seconds']:.1f} CPU s:
+
+{table(before)}
 """
     write_section(ROOT / "benchmarks" / "RESULTS.md", "## PII", text)
     print("wrote the PII section of benchmarks/RESULTS.md")
