@@ -1,6 +1,7 @@
 """Ingest and HTML-extraction throughput on real data, resiliparse vs trafilatura.
 
     python benchmarks/bench_ingest.py [--repeat N] [--out FILE]
+    python benchmarks/bench_ingest.py --extraction-only [--repeat N] [--out FILE]
 
 Measures, side by side in one run:
   (a) ingest of every WARC / ARC / WET file under ../shared/data/warc through tokenmill.ingest.ingest_file,
@@ -8,7 +9,11 @@ Measures, side by side in one run:
       workers (spawned process pool, pool start-up included, as the ingest stage pays it);
   (b) extract_html alone on the pages of trafilatura's evaluation set (already decoded, in memory);
   (c) peak resident memory of each configuration: every configuration runs in a fresh subprocess
-      (this script with --single NAME), so peaks never mix.
+      (this script with --single NAME), so peaks never mix;
+  (d) extraction quality of (b) against the evaluation set's ground truth: precision, recall and F1 of the
+      "with" (main content) and "without" (boilerplate) snippets, counted per snippet and weighted by tokens.
+--extraction-only runs (b)-(d) alone, for resiliparse, the cascade and trafilatura, and writes the section
+"## HTML extraction: quality and speed" instead.
 Each configuration runs --repeat times inside its subprocess and the fastest repetition is reported
 (warm caches, least disturbed by the rest of the machine); CPU seconds are recorded beside wall seconds,
 so per-core rates stay meaningful on a shared machine. Prints a Markdown table and writes the section
@@ -31,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 from dataclasses import asdict
 from pathlib import Path
 
@@ -41,9 +47,13 @@ DATA = ROOT / ".." / "shared" / "data"
 SECTION = "## Ingest and HTML extraction"
 INGEST_LIBRARIES = ("tokenmill", "resiliparse", "trafilatura", "warcio", "lxml", "pyarrow")
 EXTRACTORS = ("resiliparse", "trafilatura")
+# Extraction alone also measures the cascade (resiliparse, cleaned, trafilatura for the few pages it leaves
+# nearly empty); whole-archive ingest keeps the two libraries.
+EXTRACTION_EXTRACTORS = ("resiliparse", "cascade", "trafilatura")
+QUALITY_SECTION = "## HTML extraction: quality and speed"
 # name -> (kind, extractor, workers)
-CONFIGS = {f"{kind}-{ex}-w{w}": (kind, ex, w)
-           for kind, workers in (("ingest", (1, 2)), ("extract", (1,))) for ex in EXTRACTORS for w in workers}
+CONFIGS = {**{f"ingest-{ex}-w{w}": ("ingest", ex, w) for ex in EXTRACTORS for w in (1, 2)},
+           **{f"extract-{ex}-w1": ("extract", ex, 1) for ex in EXTRACTION_EXTRACTORS}}
 # WAT files hold JSON metadata, not content; everything else under warc/ is WARC, ARC or WET.
 ARCHIVE = re.compile(r"\.(warc|arc|wet)(\.gz)?$")
 
@@ -57,6 +67,48 @@ def archive_files(data: Path) -> list[Path]:
 
 def archive_format(path: Path) -> str:
     return "wet" if ".wet" in path.name else "arc" if ".arc" in path.name else "warc"
+
+
+def eval_entries(data: Path) -> list[dict]:
+    """evaldata.json's entries ({file, with, without}) in sorted-url order, the order of eval_pages()."""
+    entries = json.loads((data / "html" / "trafilatura" / "evaldata.json").read_text(encoding="utf-8"))
+    return [entries[url] for url in sorted(entries)]
+
+
+_TOKEN = re.compile(r"\w+")
+
+
+def _tokens(text: str) -> str:
+    return " " + " ".join(_TOKEN.findall(unicodedata.normalize("NFC", text).lower())) + " "
+
+
+def extraction_quality(texts: list[str], entries: list[dict]) -> dict:
+    """Precision, recall and F1 of extracted texts against the snippets of the evaluation set.
+
+    A snippet is found when its word-token sequence (\\w+, lower-cased, NFC) occurs in the text's, so line
+    breaks and punctuation do not decide. "with" snippets found are true positives, missed ones false
+    negatives, "without" snippets found false positives; "snippet" counts each snippet once (trafilatura's own
+    evaluation), "token" weighs it by its number of tokens, so a 40-word paragraph outweighs "Kontakt".
+    """
+    n = dict(tp=0, fn=0, fp=0, ttp=0, tfn=0, tfp=0)
+    for text, entry in zip(texts, entries, strict=True):
+        hay = _tokens(text)
+        for kind in ("with", "without"):
+            for snippet in entry[kind]:
+                needle = _tokens(snippet)
+                hit, size = needle in hay, len(needle.split())
+                key = ("tp" if hit else "fn") if kind == "with" else ("fp" if hit else None)
+                if key:
+                    n[key] += 1
+                    n["t" + key] += size
+    out = {}
+    for prefix in ("", "t"):
+        tp, fn, fp = n[prefix + "tp"], n[prefix + "fn"], n[prefix + "fp"]
+        p, r = tp / (tp + fp), tp / (tp + fn)
+        name = "token" if prefix else "snippet"
+        out[name] = {"precision": p, "recall": r, "f1": 2 * p * r / (p + r)}
+    out["empty"] = sum(1 for t in texts if not t.strip())
+    return out
 
 
 def eval_pages(data: Path) -> list[bytes]:
@@ -117,7 +169,7 @@ def _rss_mb(who: int = resource.RUSAGE_SELF) -> float:
 def run_single(name: str, repeat: int, data: Path) -> dict:
     kind, extractor, workers = CONFIGS[name]
     os.environ["TOKENMILL_PROGRESS"] = "0"
-    from tokenmill.ingest.text import decode, extract_html
+    from tokenmill.ingest.text import decode, extract_html, normalise
 
     # Warm-up outside the timing: the extractor is imported lazily on its first call.
     extract_html("<html><body><p>warm up</p></body></html>", extractor)
@@ -127,10 +179,11 @@ def run_single(name: str, repeat: int, data: Path) -> dict:
         html = [decode(raw)[0] for raw in eval_pages(data)]
         result = {"pages": len(html), "input_mb": sum(len(h.encode("utf-8")) for h in html) / 1e6,
                   "rss_before_mb": _rss_mb()}
-        runs = [_timed(lambda: sum(len(extract_html(h, extractor)) for h in html)) for _ in range(repeat)]
-        chars, wall, cpu, other = min(runs, key=lambda r: r[1])
+        runs = [_timed(lambda: [extract_html(h, extractor) for h in html]) for _ in range(repeat)]
+        texts, wall, cpu, other = min(runs, key=lambda r: r[1])
         result.update(seconds=wall, cpu_seconds=cpu, other_load=other, all_seconds=[r[1] for r in runs],
-                      text_chars=chars)
+                      text_chars=sum(len(t) for t in texts),
+                      quality=extraction_quality([normalise(t) for t in texts], eval_entries(data)))
     result.update(name=name, kind=kind, extractor=extractor, workers=workers, peak_rss_mb=_rss_mb(),
                   peak_child_rss_mb=_rss_mb(resource.RUSAGE_CHILDREN))
     if kind == "ingest":  # after the peaks are taken: reading Parquet here would raise this process's peak
@@ -235,7 +288,7 @@ def table(res: dict) -> str:
     rows += ["", "| HTML extraction alone (b) | pages | wall s | CPU s | pages/s | pages per CPU-s | CPU-ms/page | "
              "HTML MB/s | peak RSS MB | other load (cores) |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for ex in EXTRACTORS:
+    for ex in EXTRACTION_EXTRACTORS:
         r = res[f"extract-{ex}-w1"]
         s = r["seconds"]
         c = r["cpu_seconds"]
@@ -296,6 +349,52 @@ slowest single file ({slow('resiliparse')}; {slow('trafilatura')}).
 """
 
 
+def quality_section(res: dict, info: dict, command: str, started: str, elapsed: float, quiet: float) -> str:
+    rows = ["| extractor | token precision | token recall | token F1 | snippet precision | snippet recall | "
+            "snippet F1 | empty pages | CPU-ms/page | per-core speed vs trafilatura | other load (cores) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    ms = {ex: 1000 * res[f"extract-{ex}-w1"]["cpu_seconds"] / res[f"extract-{ex}-w1"]["pages"]
+          for ex in EXTRACTION_EXTRACTORS}
+    for ex in EXTRACTION_EXTRACTORS:
+        r = res[f"extract-{ex}-w1"]
+        q, t, sn = r["quality"], r["quality"]["token"], r["quality"]["snippet"]
+        rows.append(f"| {ex} | {t['precision']:.4f} | {t['recall']:.4f} | **{t['f1']:.4f}** | {sn['precision']:.4f} | "
+                    f"{sn['recall']:.4f} | {sn['f1']:.4f} | {q['empty']} | {ms[ex]:.2f} | "
+                    f"{ms['trafilatura'] / ms[ex]:.1f}× | {r['other_load']:.2f} |")
+    f1 = {ex: res[f"extract-{ex}-w1"]["quality"]["token"]["f1"] for ex in EXTRACTION_EXTRACTORS}
+    gap, speed = f1["trafilatura"] - f1["cascade"], ms["trafilatura"] / ms["cascade"]
+    verdict = (f"The cascade is {gap:.3f} token F1 below trafilatura (target: at most 0.01, "
+               f"{'met' if gap <= 0.01 else 'not met'}) at {speed:.1f}× its per-core speed (target: at least 5×, "
+               f"{'met' if speed >= 5 else 'not met'}); resiliparse alone is {f1['trafilatura'] - f1['resiliparse']:.3f} "
+               f"below.")
+    v = info["versions"]
+    r0 = res["extract-resiliparse-w1"]
+    return f"""{QUALITY_SECTION}
+
+- Machine: {info['nproc']} cores ({info['cpu']}), {info['ram_gib']:.1f} GiB RAM, {info['os']}.
+- Software: Python {info['python']}, tokenmill {v['tokenmill']}, resiliparse {v['resiliparse']}, \
+trafilatura {v['trafilatura']}, lxml {v['lxml']}.
+- Command, from the project root with .venv active: `{command}`
+- Date: {started}; {elapsed:.0f} s in all. Before starting, other work kept {quiet:.2f} cores busy.
+- Input: the {r0['pages']} pages of trafilatura's evaluation set (`../shared/data/html/trafilatura`,
+  {r0['input_mb']:.1f} MB of HTML), decoded beforehand; `extract_html(html, extractor)` is timed in a fresh
+  subprocess per extractor, {r0['repeats']} run(s), the fastest reported; CPU-ms/page is its CPU time per page.
+- Ground truth: evaldata.json lists for each page snippets that must be extracted ("with") and boilerplate
+  that must not ("without"). A snippet counts as found when its sequence of word tokens (\\w+, lower-cased)
+  occurs in the normalised text's. Precision = found "with" / (found "with" + found "without"), recall = found
+  "with" / all "with"; "snippet" counts every snippet once (trafilatura's own evaluation), "token" weighs it by
+  its length in tokens, so a 40-word paragraph outweighs a leaked "Kontakt".
+- Extractors: resiliparse = `extract_plain_text(main_content=True)` (the ingest default); cascade =
+  `tokenmill.ingest.text.extract_cascade` (resiliparse without comment sections and with boilerplate selectors
+  skipped, re-run inside the article container when one is recognised, trafilatura for pages left under 200
+  characters); trafilatura = `trafilatura.extract(include_tables=True)` with its default fallbacks.
+
+{chr(10).join(rows)}
+
+{verdict}
+"""
+
+
 def _load_warning(res: dict, nproc: int) -> str:
     """A note naming the runs that had to share cores: their own workers plus other work exceeded nproc."""
     hit = [n for n, r in res.items() if r["workers"] + r["other_load"] > nproc + 0.25]
@@ -314,6 +413,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default ../shared/data)")
     p.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
                    help="first wait up to SECONDS for other work to keep fewer than 0.25 cores busy")
+    p.add_argument("--extraction-only", action="store_true",
+                   help="measure extraction speed and quality alone and write its own section")
     p.add_argument("--single", choices=sorted(CONFIGS), help=argparse.SUPPRESS)  # internal: one configuration
     args = p.parse_args(argv)
 
@@ -326,6 +427,8 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     res = {}
     for name in CONFIGS:
+        if args.extraction_only and not name.startswith("extract-"):
+            continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         res[name] = run_config(name, args.repeat, args.data.resolve())
         res[name]["repeats"] = args.repeat
@@ -334,8 +437,14 @@ def main(argv: list[str] | None = None) -> None:
               f"{', '.join(f'{s:.2f}' for s in r['all_seconds'])}), peak RSS {r['peak_rss_mb']:.0f} MB, "
               f"other load {r['other_load']:.2f} cores",
               file=sys.stderr, flush=True)
-    startup = min(pool_startup(2) for _ in range(args.repeat))
     command = shlex.join(["python", "benchmarks/bench_ingest.py", *(argv if argv is not None else sys.argv[1:])])
+    if args.extraction_only:
+        text = quality_section(res, machine(INGEST_LIBRARIES), command, started, time.perf_counter() - t0, quiet)
+        print(text)
+        write_section(args.out, QUALITY_SECTION, text)
+        print(f"wrote {args.out}", file=sys.stderr)
+        return
+    startup = min(pool_startup(2) for _ in range(args.repeat))
     text = section(res, startup, machine(INGEST_LIBRARIES), command, started, time.perf_counter() - t0, quiet)
     print(text)
     write_section(args.out, SECTION, text)
