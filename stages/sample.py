@@ -8,6 +8,8 @@ from tokenmill.sample import build_sample
 
 def main() -> None:
     p = load_params("sample")["sample"]
+    # The corpus is built from the installed distributions, so it changes when they do: a new environment is
+    # a new corpus (RESULTS.md: two clones compare equal in one environment).
     with StageRun("sample", "data/sample", p) as run:
         # With real sources configured the stage has nothing to do: an empty corpus and a manifest.
         if p["enabled"]:

@@ -70,7 +70,7 @@ def _stage(root: Path, reference: list[str], crawl: list[str], params: dict) -> 
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        return run_quality(params, {"backend": "local", "workers": 1}, data_root=root / "data"), rows
+        return run_quality(params, {"backend": "local", "workers": 1}, data_root=root / "data", input_stage="dedup"), rows
     finally:
         os.chdir(cwd)
 
@@ -209,10 +209,11 @@ def test_a_classifier_that_did_not_learn_is_an_error(ranked, tmp_path, monkeypat
               "keep": {"mode": "threshold", "top_fraction": 0.5, "threshold": 0.5}}
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="did not learn"):
-        run_quality(params, {"backend": "local", "workers": 1}, data_root=data)
+        run_quality(params, {"backend": "local", "workers": 1}, data_root=data, input_stage="dedup")
     assert not (data / "quality").exists()  # nothing half-written
 
 
 def test_bad_on_degenerate_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="on_degenerate"):
-        run_quality({**PARAMS, "on_degenerate": "ignore"}, {"backend": "local", "workers": 1}, data_root=tmp_path)
+        run_quality({**PARAMS, "on_degenerate": "ignore"}, {"backend": "local", "workers": 1}, data_root=tmp_path,
+                    input_stage="dedup")

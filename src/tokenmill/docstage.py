@@ -87,8 +87,12 @@ def map_document_shards(run: StageRun, input_stage: str, processor: str, params:
 
 
 def run_document_stage(stage: str, input_stage: str, processor: str, params: Mapping,
-                       execution_cfg: Mapping | None, data_root: str | Path = "data") -> dict:
-    """Run `processor` over every document shard of `input_stage`; outputs go to data_root/stage."""
-    with StageRun(stage, Path(data_root) / stage, dict(params), input_stage=input_stage) as run:
+                       execution_cfg: Mapping | None, data_root: str | Path = "data",
+                       libraries: tuple[str, ...] = ()) -> dict:
+    """Run `processor` over every document shard of `input_stage`; outputs go to data_root/stage.
+
+    libraries: the distributions whose versions shape the processor's decisions (they enter the run id)."""
+    with StageRun(stage, Path(data_root) / stage, dict(params), input_stage=input_stage,
+                  libraries=libraries) as run:
         map_document_shards(run, input_stage, processor, params, execution_cfg, data_root)
     return run.manifest

@@ -245,7 +245,7 @@ def run_dedup(params: Mapping[str, Any] | None, execution_cfg: Mapping[str, Any]
     shards = sorted(in_dir.glob("*.parquet"))
     exe = dict(execution_cfg or {})
     bands, rows = lsh_shape(p["near"])
-    with StageRun(STAGE, data_root / STAGE, p, input_stage=input_stage) as run:
+    with StageRun(STAGE, data_root / STAGE, p, input_stage=input_stage, libraries=("numpy", "duckdb")) as run:
         run.input_hashes[input_stage] = input_id(data_root / input_stage)
         work = run.tmp / "_work"
         (run.tmp / "documents").mkdir(parents=True)

@@ -201,7 +201,8 @@ def run_ingest(sources_cfg: Mapping, ingest_cfg: Mapping, execution_cfg: Mapping
     sources = load_sources(sources_cfg)
     tasks_by_source = [(s, s.files()) for s in sources]  # resolve every glob before any work starts
     params = {"sources": {k: dict(v) for k, v in sources_cfg.items()}, "ingest": dict(ingest_cfg)}
-    with StageRun(STAGE, out_dir, params) as run:
+    with StageRun(STAGE, out_dir, params, libraries=(  # what reads records and turns HTML into text
+            "warcio", "fastwarc", "resiliparse", "trafilatura", "charset-normalizer", "zstandard")) as run:
         tasks = []
         for src, files in tasks_by_source:
             fields = {"text_field": src.text_field, "url_field": src.url_field,

@@ -225,8 +225,7 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
-def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path = "data",
-                input_stage: str = "dedup") -> dict:
+def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path, input_stage: str) -> dict:
     data_root = Path(data_root)
     shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
     input_glob = str(data_root / input_stage / "documents" / "*.parquet")
@@ -240,7 +239,8 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
     if on_degenerate not in ("refuse", "skip_cut"):
         raise ValueError(f"quality.on_degenerate must be refuse or skip_cut, got {on_degenerate!r}")
     min_spread = float(params.get("min_score_spread", DEFAULT_MIN_SCORE_SPREAD))
-    with StageRun("quality", data_root / "quality", dict(params), input_stage=input_stage) as run:
+    with StageRun("quality", data_root / "quality", dict(params), input_stage=input_stage,
+                  libraries=("fasttext-numpy2", "numpy")) as run:
         pos, neg = training_examples(input_glob, params)
         run.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds}
         for k in range(folds):

@@ -260,7 +260,7 @@ def mixture(con, plots: Plots) -> Section:
     if not rows:
         return _not_run(s, "the plan is empty")
     buckets = sorted({r[0] for r in rows})
-    phases = sorted({r[1] for r in rows})
+    phases = sorted({r[1] for r in rows if r[1] is not None})  # a bucket no phase weights has phase NULL
     available = {r[0]: r[2] for r in rows}
     planned = {(r[0], r[1]): r[3] for r in rows}
     fig, ax = plt.subplots(figsize=(8, 3.6))
