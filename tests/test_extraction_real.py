@@ -269,3 +269,36 @@ def test_article_through_payload_to_text(extractor):
     assert "Tuesday \u2013 evening" in _flat(text)
     assert "Copyright 2026" not in text
     assert text == normalise(text)
+
+
+STRUCTURED = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Bridge repairs agreed</title></head>
+<body>
+<header><nav><ul>{''.join(f'<li><a href="/{n.lower()}">{n}</a></li>' for n in NAV)}</ul></nav></header>
+<article><h1>Bridge repairs agreed</h1>
+<div class="entry-content">
+<p>{ARTICLE}</p>
+<ul><li>The <a href="/arches">north arch</a> is repaired first</li><li>then the <a href="/deck">deck</a></li></ul>
+<table><tr><td>Phase one costs</td><td>120,000 euros</td></tr></table>
+<blockquote class="twitter-tweet"><p>The bridge stays open to walkers, the mayor said.</p></blockquote>
+<p>{SECOND}</p>
+<div class="gallery"><img src="a.jpg"><p class="wp-caption-text">Photo: the scaffolding in March</p></div>
+<div class="related-posts"><h3>Related articles</h3><ul><li><a href="/x">Ferry timetable changes</a></li></ul></div>
+</div></article>
+<div id="comments"><h3>34 responses to “Bridge repairs agreed”</h3>
+<ol class="commentlist"><li>Finally! I cross it every day.</li></ol></div>
+<footer><p>{FOOTER}</p></footer>
+</body></html>"""
+
+
+def test_cascade_keeps_article_structures_and_drops_threads_related_and_captions():
+    text = _flat(normalise(extract_html(STRUCTURED, "cascade")))
+    for kept in ("Bridge repairs agreed", ARTICLE, SECOND, "north arch is repaired first", "then the deck",
+                 "Phase one costs", "120,000 euros", "The bridge stays open to walkers"):
+        assert kept in text, kept
+    for dropped in ("34 responses", "I cross it every day", "Related articles", "Ferry timetable",
+                    "Photo: the scaffolding", "Copyright 2026", "Contact us"):
+        assert dropped not in text, dropped
+    # What the cascade fixes: resiliparse alone drops the linked list and keeps the comment thread here.
+    plain = _flat(normalise(extract_html(STRUCTURED, "resiliparse")))
+    assert "north arch" not in plain and "34 responses" in plain
