@@ -296,7 +296,7 @@ def test_mixture_experiments(demo):
     shutil.rmtree(repo / "data" / "raw" / "warc")  # the workspace's ingest input as it was
 
     shown = json.loads(_run(["dvc", "exp", "show", "--json"], repo).stdout)
-    rows, sources = {}, {}
+    rows, sources, evaluated = {}, {}, {}
     for commit in shown:
         for exp in commit.get("experiments") or []:
             for rev in exp["revs"]:
@@ -305,12 +305,16 @@ def test_mixture_experiments(demo):
                 metrics = data["metrics"]["metrics/mixture.json"]["data"]
                 rows[rev.get("name") or name] = (name, metrics["plan_tokens"], metrics["planned"])
                 sources[name] = set(data["params"]["params.yaml"]["data"]["sources"])
+                evaluated[name] = data["metrics"]["metrics/evaluate.json"]["data"]["tokenmill_heldout"]
     names = {v[0] for v in rows.values()}
     assert {"code_heavy", "balanced"} <= names, rows
     code = next(v for v in rows.values() if v[0] == "code_heavy")[2]
     balanced = next(v for v in rows.values() if v[0] == "balanced")[2]
     assert code["code"] > balanced["code"]
     assert "crawl_warc" in sources["balanced"] and "crawl_warc" not in sources["code_heavy"]
+    # Each experiment carries its own evaluation: accuracy on all and on clean items, side by side.
+    for name in ("code_heavy", "balanced"):
+        assert {"acc", "acc_clean", "dirty_items"} <= set(evaluated[name]), evaluated
 
     # The documented comparison (README): what changed, by name, in one screen.
     table = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", *COMPARE_FLAGS], repo,
