@@ -400,8 +400,15 @@ def test_killing_dvc_ends_its_stage(tmp_path):
     try:
         def stage_and_workers():
             procs = psutil.Process(proc.pid).children(recursive=True)
-            stage = [p for p in procs if "slow_stage.py" in " ".join(p.cmdline())]
-            return procs if stage and len(stage[0].children()) >= 2 else None
+            # without $SHELL, DVC runs `/bin/sh -c cmd` and dash keeps the shell: it names the script too
+            def is_stage(p):
+                try:
+                    return "slow_stage.py" in " ".join(p.cmdline()) and len(p.children()) >= 2
+                except psutil.NoSuchProcess:  # dvc's short-lived helpers come and go meanwhile
+                    return False
+
+            stage = [p for p in procs if is_stage(p)]
+            return procs if stage else None
 
         procs = _wait_for(stage_and_workers, 60, "dvc to start the stage and its two workers")
         pids = {p.pid for p in procs}
