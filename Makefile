@@ -36,10 +36,11 @@ browser:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \
 	  (sudo apt-get update -qq && sudo apt-get install -y -qq chromium)
 
-# Recompose params.yaml from conf/ (dvc exp run does this itself).
-params: install
+# Recompose params.yaml from conf/ (dvc exp run does this itself). Installs only when there is no venv yet.
+params:
+	test -x $(PY) || $(MAKE) install
 	$(PY) -m tokenmill.config
 
 clean-data:
-	rm -rf data/sample data/ingest data/filter data/pii data/dedup data/quality data/decontaminate \
+	rm -rf data/sample data/check data/ingest data/filter data/pii data/dedup data/quality data/decontaminate \
 	       data/tokenizer data/tokenize data/mixture data/train lineage metrics plots dvclive runs

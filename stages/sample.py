@@ -3,7 +3,7 @@
 import sys
 
 from tokenmill.runtime import StageRun, load_params, script
-from tokenmill.sample import build_sample
+from tokenmill.sample import build_reference, build_sample
 
 
 def main() -> None:
@@ -11,11 +11,13 @@ def main() -> None:
     # The corpus is built from the installed distributions, so it changes when they do: a new environment is
     # a new corpus (RESULTS.md: two clones compare equal in one environment).
     with StageRun("sample", "data/sample", p) as run:
-        # With real sources configured the stage has nothing to do: an empty corpus and a manifest.
         if p["enabled"]:
             run.metrics["corpus"] = build_sample(run.tmp, n_docs=p["n_docs"], seed=p["seed"],
                                                  eval_items=p["eval_items"],
                                                  planted_eval_items=p["planted_eval_items"])
+        else:  # a real crawl still gets the project's reference prose (quality positives) and eval set
+            run.metrics["corpus"] = build_reference(run.tmp, n_docs=p["n_docs"], seed=p["seed"],
+                                                    eval_items=p["eval_items"])
 
 
 if __name__ == "__main__":

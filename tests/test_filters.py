@@ -37,7 +37,10 @@ CONF = PROJECT_ROOT / "conf" / "filter" / "default.yaml"
 
 @pytest.fixture(scope="module")
 def conf() -> dict:
-    return yaml.safe_load(CONF.read_text())
+    """The shipped rules, with the licence gate given a policy (shipped: null, every declared licence)."""
+    c = yaml.safe_load(CONF.read_text())
+    c["licences"]["allow"] = ["sample-web", "PSF-2.0", "licence-texts"]
+    return c
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +148,14 @@ def joined(paragraphs: list[str]) -> str:
 # Params
 
 
-def test_conf_resolves_and_matches_published_defaults(conf):
-    p = resolve_params(conf)
+def test_conf_resolves_and_matches_published_defaults():
+    p = resolve_params(yaml.safe_load(CONF.read_text()))
     assert p["gopher_quality"]["min_words"] == 50 and p["gopher_quality"]["max_words"] == 100_000
     assert p["gopher_repetition"]["max_dup_10gram_char_frac"] == 0.10
     assert p["fineweb"]["min_line_punct_ratio"] == 0.12 and p["fineweb"]["max_short_line_ratio"] == 0.67
     assert p["language"]["allowed"] == ["en"] and p["language"]["min_score"] == 0.65
-    assert {"sample-web", "PSF-2.0", "licence-texts"} <= set(p["licences"]["allow"])
+    # every licence a source declares is allowed: a new crawl needs no edit here (issue 11)
+    assert p["licences"]["enabled"] and p["licences"]["allow"] is None
     assert p["buckets"]["code"]["language"] is False
     with pytest.raises(ValueError, match="unknown parameters"):
         resolve_params({"gopher_quality": {"min_word": 10}})

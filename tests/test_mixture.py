@@ -96,9 +96,23 @@ def test_stream_offsets_are_contiguous():
     assert plan["position"].to_pylist() == list(range(plan.num_rows))
 
 
-def test_unknown_bucket_and_bad_phases():
-    with pytest.raises(MixtureError, match="bucket 'books', which has no documents"):
+def test_buckets_the_corpus_lacks_are_renormalised_away():
+    """A preset weighting a bucket the corpus lacks (a crawl has no code) plans over the buckets that exist, in
+    proportion to their weights, and names the missing ones; a phase with nothing left is an error."""
+    phases = parse_phases({"p": {"fraction": 1.0, "weights": {"books": 0.5, "web/high": 0.25, "code": 0.25}}})
+    result = _plan(phases=phases)
+    assert result["missing"] == ["books"]
+    planned = {b: 0 for b in BUCKETS}
+    for b, n in zip(result["plan"]["bucket"].to_pylist(), result["plan"]["length"].to_pylist()):
+        planned[b] += n + 1
+    assert planned["web/low"] == planned["reference"] == 0
+    # half each, as 0.25 : 0.25 renormalised; each bucket overshoots its quota by at most one document
+    assert abs(planned["web/high"] - BUDGET / 2) < 3001 and abs(planned["code"] - BUDGET / 2) < 3001
+    with pytest.raises(MixtureError, match="phase 'p' weights only buckets with no documents \\(books\\)"):
         _plan(phases=parse_phases({"p": {"fraction": 1.0, "weights": {"books": 1.0}}}))
+
+
+def test_bad_phases():
     with pytest.raises(MixtureError, match="must sum to 1"):
         parse_phases({"p": {"fraction": 0.5, "weights": {"code": 1}}})
     with pytest.raises(MixtureError, match="exactly the keys fraction and weights"):

@@ -234,3 +234,19 @@ def test_other_planted_pages(sample, crawl):
         text = article_text(crawl[c["url"]][3])
         assert c["language"] != "en" and len(text) > 300
         assert f'<html lang="{c["language"]}">'.encode() in crawl[c["url"]][3]
+
+
+def test_reference_only_build_for_a_real_crawl(tmp_path):
+    """With the embedded crawl off (source=crawl), the stage still writes the project's reference corpus (the
+    quality classifier's positives) and a held-out eval set, kept clear of each other, and nothing else."""
+    from tokenmill.sample import build_reference
+
+    counts = build_reference(tmp_path, n_docs=60, seed=7, eval_items=6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval", "reference"]
+    ref = pq.read_table(tmp_path / counts["reference_files"][0]).to_pylist()
+    items = [json.loads(line) for line in (tmp_path / "eval" / "heldout.jsonl").read_text().splitlines()]
+    assert counts["reference_docs"] == len(ref) == 60 and counts["eval_items"] == len(items) == 6
+    assert all(len(r["text"].split()) >= 20 for r in ref)
+    passages = [" ".join(words(it["context"] + " " + it["choices"][it["gold"]])) for it in items]
+    assert not any(p in " ".join(words(r["text"])) for r in ref for p in passages)
+    assert not {it["source_url"] for it in items} & {r["url"] for r in ref}

@@ -47,6 +47,7 @@ class Source:
     url_field: str | None = "url"
     id_field: str | None = "id"
     date_field: str | None = None
+    optional: bool = False  # a source whose globs may match nothing (a format the user may not have)
 
     @classmethod
     def from_config(cls, name: str, cfg: Mapping[str, Any]) -> "Source":
@@ -63,14 +64,18 @@ class Source:
         return cls(name=name, paths=[paths] if isinstance(paths, str) else list(paths), **cfg)
 
     def files(self) -> list[tuple[Path, str]]:
-        """(absolute path, name relative to root) for every matching file, sorted; fails fast if none."""
+        """(absolute path, name relative to root) for every matching file, sorted; fails fast if a glob matches
+        nothing, unless the source is optional."""
         matched: set[Path] = set()
         for pattern in self.paths:
             hits = [Path(p) for p in glob.glob(os.path.expanduser(pattern), recursive=True)]
             hits = [p.resolve() for p in hits if p.is_file()]
-            if not hits:
-                raise SourceError(f"source {self.name!r}: no files match {pattern!r}")
+            if not hits and not self.optional:
+                raise SourceError(f"source {self.name!r}: no files match {pattern!r} (put files there, or mark "
+                                  f"the source `optional: true`)")
             matched.update(hits)
+        if not matched:
+            return []
         files = sorted(matched)
         root = Path(self.root).resolve() if self.root else Path(os.path.commonpath([_static_dir(p) for p in self.paths]))
         return [(p, os.path.relpath(p, root)) for p in files]

@@ -99,14 +99,22 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
     by_bucket = {b: train.filter(pc.equal(train.column("bucket"), b)) for b in buckets}
     available = {b: int(pc.sum(t.column("length")).as_py() or 0) + t.num_rows for b, t in by_bucket.items()}
 
+    # A preset names buckets a corpus may lack (a crawl has no code): their weight is spread over the
+    # buckets that exist, in proportion (the caller warns, naming them). A phase left with none is an error.
+    missing = sorted({b for ph in phases for b, w in ph.weights.items() if w > 0 and b not in by_bucket})
+    phases = [Phase(ph.name, ph.fraction, {b: w for b, w in ph.weights.items() if b in by_bucket})
+              for ph in phases]
+    for ph in phases:
+        if sum(ph.weights.values()) <= 0:
+            raise MixtureError(f"mixture: phase {ph.name!r} weights only buckets with no documents "
+                               f"({', '.join(missing)}); the corpus has {', '.join(buckets) or 'none'}: "
+                               f"weight one of those in mixture.phases.{ph.name}.weights")
+
     # Tokens each bucket must supply over the whole run, checked against the epoch cap before any work.
     wanted: dict[str, float] = {}
     for ph in phases:
         total_w = sum(ph.weights.values())
         for b, w in ph.weights.items():
-            if w > 0 and b not in by_bucket:
-                raise MixtureError(f"mixture: phase {ph.name!r} weights bucket {b!r}, which has no documents "
-                                   f"(buckets: {', '.join(buckets)})")
             wanted[b] = wanted.get(b, 0.0) + token_budget * ph.fraction * w / total_w
     for b, tokens in wanted.items():
         cap = max_epochs.get(b, max_epochs.get("default", 4.0)) if isinstance(max_epochs, Mapping) else max_epochs
@@ -152,7 +160,7 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
         "offset": pa.array([r[5] for r in rows], pa.int64()), "length": pa.array([r[6] for r in rows], pa.int64()),
         "stream_start": pa.array(starts, pa.int64()),
     }, schema=PLAN)
-    return {"plan": plan, "heldout": heldout, "available": available, "wanted": wanted}
+    return {"plan": plan, "heldout": heldout, "available": available, "wanted": wanted, "missing": missing}
 
 
 def tokens_per_step(train_cfg: Mapping) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -40,6 +41,10 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
         result = build_plan(index, phases, budget, int(mixture_cfg["seed"]),
                             mixture_cfg.get("max_epochs", 4.0), float(mixture_cfg.get("heldout_fraction", 0.0)))
         plan = result["plan"]
+        if result["missing"]:
+            print(f"mixture: warning: {mixture_cfg.get('name', 'the mixture')} weights "
+                  f"{', '.join(result['missing'])}, which the corpus lacks; their weight is spread over "
+                  f"{', '.join(sorted(result['available']))}", file=sys.stderr)
         _write(plan, run.tmp / "plan.parquet")
         _write(result["heldout"].select(["doc_id", "bucket", "shard", "offset", "length"]), run.tmp / "heldout.parquet")
 
@@ -79,6 +84,7 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
         run.metrics.update({
             "token_budget": budget, "plan_tokens": plan_tokens, "steps": steps, "unique_documents": unique,
             "heldout_documents": result["heldout"].num_rows,
+            "missing_buckets": ", ".join(result["missing"]),  # weighted by the preset, absent from the corpus
             "planned": {k: v["planned"] for k, v in sorted(per_bucket.items())},  # tokens, with repeats
             "epochs": {k: round(v["planned"] / max(1, v["available"]), 3) for k, v in sorted(per_bucket.items())},
         })

@@ -19,8 +19,10 @@ Each document is predicted once: a scoring pass keeps every score, and the decis
 
 from __future__ import annotations
 
+import glob
 import gzip
 import hashlib
+import json
 import multiprocessing
 import os
 import re
@@ -57,32 +59,60 @@ def fold_of(seed: int, doc_id: str, folds: int) -> int:
     return int(hashlib.blake2b(f"fold\x00{seed}\x00{doc_id}".encode(), digest_size=8).hexdigest(), 16) % folds
 
 
-def reference_file_texts(paths: Iterable[str], min_words: int = 50) -> list[str]:
-    """Extra positives from text files: paragraphs (blank-line separated) merged up to >= min_words."""
+def reference_file_texts(patterns: Iterable[str], min_words: int = 50, key: str = "quality.positives.paths") -> list[str]:
+    """Positives from files, by glob: Parquet and JSONL (.gz, .zst) records give their `text`; plain text
+    files give paragraphs (blank-line separated) merged up to >= min_words. A glob matching nothing is an
+    error naming `key`."""
     texts = []
-    for path in sorted(paths):
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            buf: list[str] = []
-            for para in re.split(r"\n\s*\n", f.read()):
-                buf.append(para)
-                if sum(len(p.split()) for p in buf) >= min_words:
-                    texts.append(" ".join(buf))
-                    buf = []
+    for pattern in patterns:
+        paths = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+        if not paths:
+            raise FileNotFoundError(f"{key}: no files match {pattern!r}")
+        for path in paths:
+            texts.extend(_file_texts(path, min_words))
+    return texts
+
+
+def _file_texts(path: str, min_words: int) -> Iterable[str]:
+    name = path.lower()
+    if name.endswith(".parquet"):
+        return [t for t in pq.read_table(path, columns=["text"]).column("text").to_pylist() if t]
+    if name.endswith((".zst", ".zstd")):
+        import zstandard
+
+        raw = zstandard.ZstdDecompressor().stream_reader(open(path, "rb")).read().decode("utf-8", "replace")
+    else:
+        with (gzip.open if name.endswith(".gz") else open)(path, "rt", encoding="utf-8", errors="replace") as f:
+            raw = f.read()
+    if ".jsonl" in name or ".json." in name or name.endswith(".json"):
+        return [rec["text"] for line in raw.splitlines() if line.strip()
+                if isinstance(rec := json.loads(line), dict) and rec.get("text")]
+    texts, buf = [], []
+    for para in re.split(r"\n\s*\n", raw):
+        buf.append(para)
+        if sum(len(p.split()) for p in buf) >= min_words:
+            texts.append(" ".join(buf))
+            buf = []
     return texts
 
 
 def training_examples(input_glob: str, params: Mapping) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(doc_id, prepared text) of positives and negatives."""
+    """(doc_id, prepared text) of positives and negatives.
+
+    Positives: documents of `positives.sources` in the stage input, and records of `positives.paths`; when
+    neither gives any (a real crawl with no reference source), the project's own reference corpus
+    (`positives.reference`, written by the sample stage from the standard library's documentation)."""
     pos_cfg, neg_cfg = params["positives"], params["negatives"]
-    seed, max_chars = int(params["model"]["seed"]), int(params["max_chars"])
+    seed, max_chars, max_examples = int(params["model"]["seed"]), int(params["max_chars"]), int(pos_cfg["max_examples"])
     con = duckdb.connect()
     con.create_function("rank_key", lambda d: _rank(seed, d), ["VARCHAR"], "VARCHAR")
     sources = list(pos_cfg.get("sources") or [])
     pos = con.execute(
         f"SELECT doc_id, text FROM read_parquet('{input_glob}') WHERE list_contains(?, source) "
-        f"ORDER BY rank_key(doc_id) LIMIT ?", [sources, int(pos_cfg["max_examples"])]).fetchall() if sources else []
-    files = reference_file_texts(pos_cfg.get("paths") or [])[: int(pos_cfg["max_examples"])]
+        f"ORDER BY rank_key(doc_id) LIMIT ?", [sources, max_examples]).fetchall() if sources else []
+    files = reference_file_texts(pos_cfg.get("paths") or [])[:max_examples]
+    if not pos and not files and pos_cfg.get("reference"):
+        files = reference_file_texts([pos_cfg["reference"]], key="quality.positives.reference")[:max_examples]
     pos += [(f"reference-file:{i}", t) for i, t in enumerate(files)]
     neg = con.execute(
         f"SELECT doc_id, text FROM read_parquet('{input_glob}') WHERE list_contains(?, bucket) "

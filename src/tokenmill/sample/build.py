@@ -413,6 +413,28 @@ def _write_reference(out: Path, docs: list[stdlib.RefDoc]) -> list[str]:
     return names
 
 
+def _heldout_items(refs, seed: int, eval_items: int) -> tuple[list[dict], list, list]:
+    """The held-out eval items, cut from the first reference documents with a usable prose paragraph:
+    (items, the documents they came from, the documents passed over on the way)."""
+    cut_rng = random.Random(f"{seed}:eval")
+    cuts, spare = [], []
+    for doc in refs if eval_items > 0 else ():
+        cut = stdlib.cut_document(doc, cut_rng)
+        if cut:
+            cuts.append((doc, cut))
+        else:
+            spare.append(doc)
+        if len(cuts) == eval_items:
+            break
+    return stdlib.make_items(cuts, cut_rng), [doc for doc, _ in cuts], spare
+
+
+def _write_items(out: Path, items: list[dict]) -> None:
+    with open(out / "eval" / "heldout.jsonl", "w", encoding="utf-8", newline="\n") as fh:
+        for it in items:
+            fh.write(json.dumps(it, ensure_ascii=False) + "\n")
+
+
 def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_items: int = 200, planted_eval_items: int = 24) -> dict:
     """Write the sample corpus into out_dir (see the module docstring) and return its counts."""
     out = Path(out_dir)
@@ -426,18 +448,7 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
     # documents arrive in random order; the first ones with a usable prose paragraph are held out.
     log_phase("sample", f"held-out evaluation set ({eval_items} items)")
     refs = stdlib.reference_stream(std_files, random.Random(f"{seed}:reference"))
-    cut_rng = random.Random(f"{seed}:eval")
-    cuts, spare = [], []
-    for doc in refs if eval_items > 0 else ():
-        cut = stdlib.cut_document(doc, cut_rng)
-        if cut:
-            cuts.append((doc, cut))
-        else:
-            spare.append(doc)
-        if len(cuts) == eval_items:
-            break
-    items = stdlib.make_items(cuts, cut_rng)
-    held = [doc for doc, _ in cuts]
+    items, held, spare = _heldout_items(refs, seed, eval_items)
     guard = Guard(items)
     n_cases["contaminated"] = min(n_cases["contaminated"], len(items))
 
@@ -463,9 +474,7 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
     ref_files = _write_reference(out, ref_docs)
     for name, text in licences:
         (out / "licenses" / f"{name}.txt").write_bytes(text.encode("utf-8"))
-    with open(out / "eval" / "heldout.jsonl", "w", encoding="utf-8", newline="\n") as fh:
-        for it in items:
-            fh.write(json.dumps(it, ensure_ascii=False) + "\n")
+    _write_items(out, items)
 
     case_counts: dict[str, int] = {}
     for c in cases:
@@ -499,3 +508,26 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
     truth = {"params": params, "counts": counts, "cases": cases}
     (out / "ground_truth.json").write_text(json.dumps(truth, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return counts
+
+
+def build_reference(out_dir: Path, n_docs: int = 2000, seed: int = 1234, eval_items: int = 200) -> dict:
+    """The project's own reference corpus and held-out eval set, without the embedded crawl.
+
+    What a real crawl needs from the project offline: reference prose for the quality classifier's positives
+    (quality.positives.reference) and a benchmark the decontaminate and evaluate stages always have. Built as
+    in build_sample, from the standard library's documentation, and kept clear of the eval passages.
+    """
+    out = Path(out_dir)
+    for sub in ("reference", "eval"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    std_files = sources.stdlib_sources()
+    log_phase("sample", f"reference corpus only ({n_docs} documents) and held-out evaluation set ({eval_items} items)")
+    refs = stdlib.reference_stream(std_files, random.Random(f"{seed}:reference"))
+    items, _, spare = _heldout_items(refs, seed, eval_items)
+    guard = Guard(items)
+    ref_docs = first(itertools.chain(spare, refs), n_docs, lambda d: not guard.hits(d.text))
+    refs.close()
+    ref_docs.sort(key=lambda d: d.url)
+    ref_files = _write_reference(out, ref_docs)
+    _write_items(out, items)
+    return {"reference_docs": len(ref_docs), "reference_files": ref_files, "eval_items": len(items)}
