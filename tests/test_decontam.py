@@ -25,7 +25,7 @@ import pytest
 
 from tokenmill import schema
 from tokenmill.decontam import DecontamProcessor, item_id, normalize, read_benchmark, run_decontaminate
-from tokenmill.decontam.stage import DEFAULTS
+from tokenmill.decontam.stage import CONTAMINATION, DEFAULTS, resolve_params
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 EVAL, TEXT = SHARED / "eval", SHARED / "text"
@@ -359,3 +359,35 @@ def test_stage_writes_decisions_documents_and_contamination_table(tmp_path, monk
     before = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
     run_decontaminate(params, {"backend": "local", "workers": 1}, data_root="data", input_stage="quality")
     assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.parquet"))} == before
+
+    # The stage's own shard loop (columns, and an unchanged shard copied) writes the bytes the shared loop
+    # docstage.process_shard writes with the same processor: dropping (a filtered table) and flagging (a copy).
+    from tokenmill.docstage import ShardTask, process_shard
+
+    shared = tmp_path / "shared_loop"
+    process_shard(ShardTask("decontaminate", "tokenmill.decontam:DecontamProcessor", resolve_params(params),
+                            str(tmp_path / "data" / "quality" / "documents" / "x.parquet"), str(shared)))
+    for part in ("documents", "decisions"):
+        assert (shared / part / "x.parquet").read_bytes() == (out / part / "x.parquet").read_bytes(), part
+
+
+def test_columns_table_is_from_pylist():
+    """columns.table (Arrow from buffers, no pandas import) gives Table.from_pylist's table: nulls, empty
+    maps, non-ASCII strings, no rows."""
+    import pyarrow as pa
+
+    from tokenmill.decontam import columns
+
+    decisions = [schema.decision("d1", "decontaminate", "keep", "clean", {"b": 1.0, "a": 0.5}),
+                 schema.decision("dé\u4e2d", "decontaminate", "drop", "contaminated", {},
+                                 {"overlaps": [{"item_id": "ü", "overlap_fraction": 0.123456}]}),
+                 schema.decision("", "s", "modify", "", None, None)]
+    overlaps = [{"doc_id": "a", "benchmark": "b", "item_id": None, "matched_ngrams": 3, "item_ngrams": None,
+                 "overlap_fraction": 0.25, "contaminated": True, "action": "drop", "matched_words": 5,
+                 "item_words": 7},
+                {"doc_id": "\u00e9", "benchmark": "b", "item_id": "x", "matched_ngrams": -1, "item_ngrams": 2**40,
+                 "overlap_fraction": None, "contaminated": False, "action": "keep", "matched_words": 0,
+                 "item_words": None}]
+    for rows, sch in ((decisions, schema.DECISION), (overlaps, CONTAMINATION), ([], schema.DECISION)):
+        got, want = columns.table(rows, sch), pa.Table.from_pylist(rows, schema=sch)
+        assert got.equals(want) and got.to_pylist() == want.to_pylist()
