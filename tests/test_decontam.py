@@ -352,6 +352,8 @@ def test_stage_writes_decisions_documents_and_contamination_table(tmp_path, monk
     detailed = {(d["doc_id"], o["benchmark"], o["item_id"], o["matched_words"])
                 for d in decisions.values() if d["details"] for o in json.loads(d["details"])["overlaps"]}
     assert {(r["doc_id"], r["benchmark"], r["item_id"], r["matched_words"]) for r in rows} == detailed
+    keys = [(r["doc_id"], r["benchmark"], r["item_id"]) for r in rows]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)  # one row per (document, item), in order
     assert manifest["contamination"]["contaminated_documents"] == 2
     assert manifest["params"]["benchmarks"][0]["name"] == "gsm8k"
 

@@ -9,6 +9,7 @@ Defaults and why are in conf/decontaminate/default.yaml.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -161,8 +162,8 @@ class DecontamProcessor:
 
 def decontaminate_shard(task: ShardTask) -> dict:
     """docstage.process_shard's contract (a decision row per document, kept documents with their doc_id),
-    done from columns: only doc_id and text become Python objects, kept documents are the input table
-    filtered, and a shard whose documents are all kept is the input file copied. Measured on the 28 shards of
+    done from columns: only doc_id and text become Python objects, kept documents are slices of the input
+    table, and a shard whose documents are all kept is the input file copied. Measured on the 28 shards of
     benchmarks/bench_decontam.py (2,798 documents; the processor's matching excluded), per stage run:
     - pq.read_table imports pandas (through pyarrow.dataset) on its first call, 0.2 CPU-s per process;
       pq.ParquetFile(...).read() reads the same table without it, and the decisions table is built by
@@ -190,53 +191,50 @@ def decontaminate_shard(task: ShardTask) -> dict:
         shutil.copyfile(task.input_path, tmp)
         os.replace(tmp, target)  # atomic, as schema.write_parquet
     else:
-        mask = columns.table([{"keep": k} for k in keep], pa.schema([("keep", pa.bool_())])).column(0)
-        schema.write_parquet(table.filter(mask), schema.DOCUMENT, target)
+        # Runs of kept rows as zero-copy slices, rather than Table.filter (it imports pyarrow.compute, 0.03 CPU-s)
+        runs, start = [], None
+        for i, k in enumerate([*keep, False]):
+            if k and start is None:
+                start = i
+            elif not k and start is not None:
+                runs.append(table.slice(start, i - start))
+                start = None
+        kept = pa.concat_tables(runs).combine_chunks() if runs else table.schema.empty_table()
+        schema.write_parquet(kept, schema.DOCUMENT, target)
     schema.write_parquet(columns.table(decisions, schema.DECISION), schema.DECISION,
                          Path(task.out_dir) / "decisions" / name)
     return {"counts": dict(counts)}
 
 
 def write_contamination(stage_out_dir: str | Path) -> dict:
-    """Read stage_out_dir/decisions/*.parquet with DuckDB; write stage_out_dir/contamination/contamination.parquet.
+    """Read stage_out_dir/decisions/*.parquet; write stage_out_dir/contamination/contamination.parquet: one row
+    per overlap in the decisions' details, sorted by doc_id, benchmark and item_id.
 
-    Returns deterministic counts for the stage metrics. The SQL unnests the details JSON so the table is built
-    out of core however many decisions there are.
+    Returns deterministic counts for the stage metrics. Shards are read one at a time and only decisions with
+    details become Python objects; the table holds the overlaps, a few per contaminated or nearly
+    contaminated document. Python rather than DuckDB SQL (which also ended with the whole table in memory,
+    to_arrow_table): importing duckdb and pyarrow.compute and connecting took 0.08-0.1 CPU-s per run, a sixth
+    of the stage on benchmarks/bench_decontam.py, for a table of 38 rows there.
     """
-    import duckdb
-
     out_dir = Path(stage_out_dir)
-    target = out_dir / "contamination" / "contamination.parquet"
-    shards = sorted((out_dir / "decisions").glob("*.parquet"))
-    con = duckdb.connect()
-    if shards:
-        files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in shards) + "]"
-        query = f"""
-            WITH o AS (
-                SELECT doc_id, action,
-                       unnest(from_json(details, '{{"overlaps": [{{"benchmark": "VARCHAR", "item_id": "VARCHAR",
-                           "matched_ngrams": "BIGINT", "item_ngrams": "BIGINT", "overlap_fraction": "DOUBLE",
-                           "contaminated": "BOOLEAN", "matched_words": "BIGINT",
-                           "item_words": "BIGINT"}}]}}').overlaps) AS x
-                FROM read_parquet({files})
-                WHERE details IS NOT NULL
-            )
-            SELECT doc_id, x.benchmark AS benchmark, x.item_id AS item_id, x.matched_ngrams AS matched_ngrams,
-                   x.item_ngrams AS item_ngrams, x.overlap_fraction AS overlap_fraction,
-                   x.contaminated AS contaminated, action, x.matched_words AS matched_words,
-                   x.item_words AS item_words
-            FROM o ORDER BY doc_id, benchmark, item_id
-        """
-        table = con.sql(query).to_arrow_table()
-    else:
-        table = CONTAMINATION.empty_table()
-    schema.write_parquet(table, CONTAMINATION, target)  # atomic: temporary name, then rename
-    hit = table.filter(table.column("contaminated"))
-    return {"overlaps": table.num_rows,
-            "contaminating_overlaps": hit.num_rows,
-            "contaminated_documents": len(set(hit.column("doc_id").to_pylist())),
-            "contaminated_items": len(set(zip(hit.column("benchmark").to_pylist(),
-                                              hit.column("item_id").to_pylist())))}
+    rows = []
+    for shard in sorted((out_dir / "decisions").glob("*.parquet")):
+        t = pq.ParquetFile(shard).read(columns=["doc_id", "action", "details"])
+        details = t.column("details").to_pylist()
+        at = [i for i, d in enumerate(details) if d is not None]
+        if not at:
+            continue
+        doc_ids, actions = t.column("doc_id").to_pylist(), t.column("action").to_pylist()
+        for i in at:
+            rows.extend({**o, "doc_id": doc_ids[i], "action": actions[i]} for o in json.loads(details[i])["overlaps"])
+    rows.sort(key=lambda r: (r["doc_id"], r["benchmark"], r["item_id"]))  # code points: UTF-8 byte order
+    schema.write_parquet(columns.table(rows, CONTAMINATION), CONTAMINATION,
+                         out_dir / "contamination" / "contamination.parquet")  # atomic: temporary name, then rename
+    hit = [r for r in rows if r["contaminated"]]
+    return {"overlaps": len(rows),
+            "contaminating_overlaps": len(hit),
+            "contaminated_documents": len({r["doc_id"] for r in hit}),
+            "contaminated_items": len({(r["benchmark"], r["item_id"]) for r in hit})}
 
 
 def benchmark_digests(params: Mapping[str, Any]) -> dict[str, str]:
