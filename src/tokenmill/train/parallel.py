@@ -124,10 +124,18 @@ def apply_ac(model: Transformer, mode: str) -> None:
         block.forward = _checkpointed(block.forward, selective=(mode == "selective"))
 
 
-def apply_compile(model: Transformer) -> None:
-    """torch.compile each block in place (module.compile keeps names); blocks share one compiled graph."""
+def apply_compile(model: Transformer, tensor_parallel: bool = False) -> None:
+    """torch.compile each block in place (module.compile keeps names); blocks share one compiled graph.
+
+    Under tensor parallelism the row-wise embedding hands the first block its sequence shard as an
+    AsyncCollectiveTensor (a reduce-scatter not yet waited on). A compiled block given such an input returns a
+    zero gradient for it on torch 2.13 (not on 2.11): the embedding would never learn while every other
+    gradient looked right. A clone of the embedding's output waits for the collective and passes a plain
+    tensor (one activation copy per step, on both versions)."""
     for block in model.layers.values():
         block.compile(fullgraph=False)
+    if tensor_parallel:
+        model.tok_embeddings.register_forward_hook(lambda module, args, out: out.clone())
 
 
 def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, param_dtype: torch.dtype, reduce_dtype: torch.dtype) -> None:
@@ -144,7 +152,7 @@ def parallelize(model: Transformer, layout: Layout, par: ParallelConfig, device_
         apply_tp(model, layout.tp_mesh)
     apply_ac(model, par.activation_checkpoint)
     if par.compile:
-        apply_compile(model)
+        apply_compile(model, tensor_parallel=layout.tp_mesh is not None)
     param_dtype = par.param_dtype
     if param_dtype == "auto":
         param_dtype = "bfloat16" if device_type == "cuda" else "float32"
