@@ -80,11 +80,13 @@ _CLITIC = re.compile(r" (n?['\u2019](?:s|t|re|ve|ll|d|m))\b")
 
 def _prepare(text: str) -> str:
     text = text.lower()
-    if not text.isascii():
-        normal = unicodedata.normalize("NFKC", text)
-        if normal != text:  # compatibility forms may be capitals ("Ⅻ" -> "XII")
-            text = normal.lower()
-    if " '" in text or " n'" in text or " \u2019" in text or " n\u2019" in text:
+    # The checks before the work, measured on the 2,798 documents (12.3 M characters) of bench_decontam:
+    # is_normalized 0.011 CPU-s where normalize took 0.026 (most text already is NFKC); a one-character
+    # search (memchr) before the two-character ones, 0.014 where these alone took 0.025.
+    if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text).lower()  # compatibility forms may be capitals ("Ⅻ" -> "XII")
+    if ("'" in text and (" '" in text or " n'" in text)) or \
+            ("\u2019" in text and (" \u2019" in text or " n\u2019" in text)):
         text = _CLITIC.sub(r"\1", text)
     return text
 
@@ -541,17 +543,16 @@ class NgramIndex:
         total = int(cand_len.sum())
         matched_slot = np.zeros(total, np.bool_)
         matched_slot[(np.repeat(cand_start[pc], lens) + fq)[same]] = True
+        # Slots within n - 1 of a covered slot (inside a seed n-gram of the candidate): each seed hit at slot q
+        # reaches [q - n + 1, q + 2n - 2], clipped to its candidate (its n-gram lies inside it). One difference
+        # array, where covered slots, their prefix sums and per-slot candidate bounds took ten passes over the
+        # slots (measured: match_many over bench_decontam's 2,798 documents 0.13 -> 0.09-0.10 CPU-s).
         seed_at = cand_start[cand] + q  # slot of each seed hit's first word
-        cover = np.bincount(seed_at, minlength=total + 1)[:total + 1] \
-            - np.bincount(seed_at + n, minlength=total + 1)[:total + 1]
-        covered = np.cumsum(cover[:total]) > 0  # inside a seed n-gram
-        reach = np.concatenate(([0], np.cumsum(covered)))  # covered slots before each slot
-        slot = np.arange(total)
-        owner_lo = np.repeat(cand_start, cand_len)
-        owner_hi = owner_lo + np.repeat(cand_len, cand_len)
-        lo = np.maximum(slot - (n - 1), owner_lo)
-        hi = np.minimum(slot + n, owner_hi)
-        matched_slot &= reach[hi] - reach[lo] > 0  # a covered slot of the same candidate within n - 1
+        reach_lo = np.maximum(seed_at - (n - 1), cand_start[cand])
+        reach_hi = np.minimum(seed_at + 2 * n - 1, cand_start[cand] + cand_len[cand])
+        near = np.cumsum(np.bincount(reach_lo, minlength=total + 1)[:total]
+                         - np.bincount(reach_hi, minlength=total + 1)[:total]) > 0
+        matched_slot &= near
         matched = np.add.reduceat(matched_slot.astype(np.int64), cand_start)
         items, size = self.form_item[cand_form], self.form_size[cand_form]
         # Per (document, item), the candidate with the highest fraction (then the most matches).
