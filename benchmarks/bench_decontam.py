@@ -9,7 +9,7 @@ English and French, ABC news sections, every WARC file and Common Crawl JSONL fi
 through tokenmill's ingest; decontaminate runs on ingest's output (every ingested document: no filter ran
 before it) with all 18 benchmark files. The previous implementation is the tree of `--base` (git archive of
 its src/), run the same way in its own subprocess with its own parameters (13-gram overlap, threshold 0.5,
-min_matches 20).
+min_matches 20); `--before` (a commit of the current rule, before its speed work) runs with today's parameters.
 
 Each configuration is a fresh subprocess, --repeat times; the run with the least stage CPU time is reported.
 The processor (with its index) is built and timed alone first; the stage (inline: execution.workers 1) then
@@ -77,7 +77,7 @@ def child(name: str, work: Path) -> dict:
         sources = build_sources(work, DATA.resolve())
         r = _timed(lambda: run_ingest(sources, {}, one, "data/ingest"))
         return {"ingest_seconds": r["seconds"]}
-    if name in ("new", "old"):
+    if name in ("new", "old", "before"):
         import pyarrow.parquet as pq
 
         from tokenmill import docstage
@@ -122,9 +122,9 @@ def run_child(name: str, work: Path, repeat: int, pythonpath: str | None = None)
     return best
 
 
-def old_tree(base: str, work: Path) -> Path:
-    """src/ of commit `base`, extracted under work/old."""
-    dest = work / "old"
+def old_tree(base: str, work: Path, name: str = "old") -> Path:
+    """src/ of commit `base`, extracted under work/<name>."""
+    dest = work / name
     if not (dest / "src" / "tokenmill").is_dir():
         blob = subprocess.run(["git", "-C", str(ROOT), "archive", base, "src"], capture_output=True, check=True).stdout
         with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
@@ -132,12 +132,19 @@ def old_tree(base: str, work: Path) -> Path:
     return dest / "src"
 
 
+def same_outputs(a: Path, b: Path) -> bool:
+    """Every file of two stage outputs (decisions, kept documents, contamination table, manifest) byte-identical."""
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    return files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()) and all(
+        (a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
 def section(res: dict, args, started: str, seconds: float) -> str:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from benchlib import machine
 
     m = machine(["numpy", "pyarrow", "duckdb"])
-    new, old = res["new"], res["old"]
+    new, old, before = res["new"], res["old"], res.get("before")
 
     def row(label, r):
         return (f"| {label} | {r['items']:,} | {r['keys']:,} | {r['index_cpu']:.2f} | {r['stage_cpu']:.2f} | "
@@ -146,6 +153,11 @@ def section(res: dict, args, started: str, seconds: float) -> str:
 
     stage_x = old["stage_cpu"] / new["stage_cpu"]
     mem_x = old["memory_cpu"] / new["memory_cpu"]
+    since = (f" Against the same rule at {args.before} (before its speed work): stage **"
+             f"{before['stage_cpu'] / new['stage_cpu']:.1f}×**, in memory **{before['memory_cpu'] / new['memory_cpu']:.1f}×**."
+             + (" Decisions, kept documents and contamination table: byte-identical to theirs."
+                if res.get("same_as_before") else " Outputs DIFFER from theirs.")
+             if before else "")
     return "\n".join([
         SECTION,
         "",
@@ -155,7 +167,8 @@ def section(res: dict, args, started: str, seconds: float) -> str:
         f"- Workload: the curation workload of bench_stages.py through ingest: {new['docs_in']:,} documents, "
         f"{new['chars'] / 1e6:.1f} M characters; decontaminate against all 18 benchmark files under "
         f"../shared/data/eval (50,766 items). Previous implementation: src/ of commit {args.base} (13-gram overlap "
-        f"fractions, one document at a time), same documents, same benchmarks.",
+        f"fractions, one document at a time), same documents, same benchmarks"
+        + (f"; the current rule before its speed work: src/ of commit {args.before}." if before else "."),
         "- Method: a fresh subprocess per configuration, the least stage CPU time of the runs. The processor (its "
         "index) is built first and timed alone; the stage then runs inline (one worker: per-core figures) with "
         "that processor, so its CPU time is matching plus the stage's Parquet reading and writing, decisions and "
@@ -165,9 +178,10 @@ def section(res: dict, args, started: str, seconds: float) -> str:
         "in-memory CPU s | docs per CPU-s, in memory | contaminated docs | overlaps recorded |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         row("previous: 13-gram overlap fractions", old),
+        *([row(f"seed-and-extend alignment, batched, at {args.before}", before)] if before else []),
         row("seed-and-extend alignment, batched (this)", new),
         "",
-        f"Stage: **{stage_x:.1f}×** the previous documents per CPU-second; in memory: **{mem_x:.1f}×**.",
+        f"Stage: **{stage_x:.1f}×** the previous documents per CPU-second; in memory: **{mem_x:.1f}×**." + since,
     ])
 
 
@@ -177,6 +191,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_decontam"))
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--base", default="ce00e25", help="commit of the previous implementation")
+    ap.add_argument("--before", default="648cbf3",
+                    help="commit of the current rule before its speed work ('' to skip)")
     ap.add_argument("--out", type=Path, help="write the section into this Markdown file")
     args = ap.parse_args()
     if args.child:
@@ -192,8 +208,15 @@ def main() -> None:
     log("previous implementation")
     res["old"] = run_child("old", args.work, args.repeat, pythonpath=str(old_tree(args.base, args.work)))
     log(f"old: {res['old']}")
+    if args.before:
+        res["before"] = run_child("before", args.work, args.repeat,
+                                  pythonpath=str(old_tree(args.before, args.work, f"before-{args.before}")))
+        log(f"before: {res['before']}")
     res["new"] = run_child("new", args.work, args.repeat, pythonpath=str(ROOT / "src"))
     log(f"new: {res['new']}")
+    if args.before:
+        res["same_as_before"] = same_outputs(args.work / "data" / "decontaminate_before",
+                                             args.work / "data" / "decontaminate_new")
     text = section(res, args, started, time.perf_counter() - t0)
     print(text)
     (args.work / "results.json").write_text(json.dumps(res, indent=1))
