@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tokenmill import schema
-from tokenmill.tokenize import run_tokenize, tier_of
+from tokenmill.tokenize import encode_documents, newline_id, run_tokenize, tier_of
 from tokenmill.tokenizer import Tokenizer, train_tokenizer
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -77,6 +77,47 @@ def test_every_document_decodes_from_its_span(tokenized):
         assert tok.decode(span) == text[r["doc_id"]].replace("\u2581", " ")  # lossless but for U+2581
         assert tokens[r["offset"] + r["length"]] == tok.eos_id  # end-of-text after every document
         assert tok.eos_id not in span
+
+
+# Documents whose lines are where a line-by-line encoder could go wrong: empty documents and lines, leading and
+# trailing newlines, CRLF, tabs, lines of spaces only, indentation, digits, text without any newline, characters
+# left to byte fallback, and SentencePiece's own space marker inside a line.
+EDGES = ["", "\n", "\n\n\n", "no newline at all", "\nleading newline", "trailing newline\n",
+         "crlf line\r\nnext\r\n\r\n", "\tindented\n        def f(x):\n            return 12345\n",
+         "   \n \n  spaces only lines  \n", "digits 2026-11-23 3.14159\n\n\nend", "emoji \U0001F600 \u0F00\n\u4E2D\u6587",
+         "a\u2581b\nc"]
+
+
+def test_stage_encoding_is_whole_document_encoding(tokenized):
+    """The stage encodes line by line; its ids must be SentencePiece's for the whole document, and decode back."""
+    data, docs, _ = tokenized
+    tok = Tokenizer(data / "tokenizer")
+    assert newline_id(tok) == tok.piece_to_id("\n")  # the project's lossless model takes the line path
+    texts = EDGES + [d["text"] for d in docs]
+    flat, lengths = encode_documents(tok, texts)
+    assert len(lengths) == len(texts) and int(lengths.sum()) == len(flat) and flat.dtype == tok.dtype
+    pos = 0
+    for text, n in zip(texts, lengths):
+        span = flat[pos:pos + n - 1]
+        assert span.tolist() == tok.sp.encode(text), repr(text[:60])
+        assert tok.decode(span) == text.replace("\u2581", " ")
+        assert flat[pos + n - 1] == tok.eos_id
+        pos += n
+    assert encode_documents(tok, [])[0].size == 0
+
+
+def test_lossy_model_is_encoded_whole(tmp_path):
+    """A model whose normaliser touches lines (nmt_nfkc, dummy prefix, collapsed spaces) is not split at newlines."""
+    import sentencepiece as spm
+
+    text = [d["text"] for d in _docs()[:8]]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter([line for t in text for line in t.split("\n") if line]),
+                                   model_prefix=str(tmp_path / "tokenizer"), model_type="bpe", vocab_size=1000,
+                                   user_defined_symbols=["\n"], minloglevel=2)
+    tok = Tokenizer(tmp_path)
+    assert newline_id(tok) is None
+    flat, lengths = encode_documents(tok, text)
+    assert flat[:lengths[0] - 1].tolist() == tok.sp.encode(text[0])
 
 
 def test_buckets_and_quality_tiers(tokenized):
