@@ -359,13 +359,32 @@ def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, step: int
     return np.concatenate(parts)
 
 
+def stale_runs(data_root: str | Path) -> list[str]:
+    """Training runs in the workspace that trained on another plan than the current one: an experiment that
+    stopped at the lineage (`dvc exp run ... lineage`) leaves the previous runs in data/train until `dvc repro`
+    retrains them. Each run's stamp names the plan digest it trained on."""
+    data_root = Path(data_root)
+    stale = []
+    for manifest in sorted((data_root / "train").rglob("manifest.json")):
+        m = json.loads(manifest.read_text())
+        stamp = manifest.parent / "run_key.json"
+        plan = data_root / m.get("input_stage", "mixture")
+        if stamp.exists() and plan.exists():
+            trained_on = json.loads(stamp.read_text()).get("inputs", {}).get(m.get("input_stage", "mixture"))
+            if trained_on != input_id(plan):
+                stale.append(m["stage"])
+    return stale
+
+
 def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, samples: int = 3) -> list[str]:
     """Every training run's steps are 0..N-1, each once, and what it recorded as fed equals the plan: the
-    token hash of its first, middle and last step (and `samples` in all) is recomputed from the shards."""
+    token hash of its first, middle and last step (and `samples` in all) is recomputed from the shards.
+    Runs that trained on another plan (stale_runs) are not this plan's and are left out."""
     from tokenmill.train.data import tokens_hash
 
     problems = []
-    for run in training_runs(con):
+    stale = set(stale_runs(data_root))
+    for run in (r for r in training_runs(con) if r not in stale):
         n, lo, hi, distinct = con.execute("SELECT count(*), min(step), max(step), count(DISTINCT step) "
                                           "FROM train_steps WHERE run = ?", [run]).fetchone()
         if (lo, hi, distinct) != (0, n - 1, n):
