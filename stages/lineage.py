@@ -7,15 +7,16 @@ Exits non-zero when conservation fails: a pipeline that lost a document must not
 
 import sys
 
-from tokenmill.lineage import run_lineage
+from tokenmill.lineage import resolve_params, run_lineage
 from tokenmill.runtime import load_params, read_manifest, script
 
 
 def main(token_stage: str, plan_stage: str) -> int:
     p = load_params("sources", "lineage")
+    cfg = resolve_params(p["lineage"])  # before any work: a misspelt key stops the stage here
     last = read_manifest(f"data/{token_stage}")["input_stage"]
     result = run_lineage(p["sources"], "data", "lineage", last, token_stage, plan_stage,
-                         ground_truth=p["lineage"]["ground_truth"])
+                         ground_truth=cfg["ground_truth"])
     for problem in result["problems"]:
         print(f"lineage: {problem}", file=sys.stderr)
     for case in result["planted_wrong"]:

@@ -20,7 +20,7 @@ def main(input_stage: str) -> int:
     except MixtureError as exc:
         print(exc, file=sys.stderr)
         return 2
-    print(f"mixture {p['mixture']['name']}: plan of {m['token_budget']:,} tokens, {m['steps']} steps")
+    print(f"mixture {m['mixture_name']}: plan of {m['token_budget']:,} tokens, {m['steps']} steps")
     return 0
 
 

@@ -1,11 +1,21 @@
-"""params.yaml is generated: it must always equal the composition of conf/ (what `dvc exp run` writes)."""
+"""params.yaml is generated: it must always equal the composition of conf/ (what `dvc exp run` writes).
+And the sections' schemas: what conf/ ships validates, and an unknown key or a wrong type is a one-line error
+naming the full dotted key."""
 
+import copy
+import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from tokenmill import lineage, mixture, quality, tokenize
 from tokenmill.config import compose
 from tokenmill.ingest import Source, load_sources
+from tokenmill.runtime import ParamError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,3 +51,162 @@ def test_tokenizer_sample_weights_are_the_default_mixtures_bulk_phase(tmp_path):
     compose(["mixture=code_heavy"], conf_dir=ROOT / "conf", output=other)
     q = yaml.safe_load(other.read_text())
     assert q["mixture"] != p["mixture"] and q["tokenizer"] == p["tokenizer"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validated sections: quality, mixture, tokenize, sample, lineage. Each has one schema (its module's DEFAULTS
+# through merge_params); a typo or a wrong type stops its stage before any work, naming the full dotted key.
+
+
+def _sample_stage():
+    """stages/sample.py, which holds the sample section's schema (the stage has no module of its own)."""
+    spec = importlib.util.spec_from_file_location("sample_stage", ROOT / "stages" / "sample.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RESOLVE = {"quality": quality.resolve_params, "mixture": mixture.resolve_params,
+           "tokenize": tokenize.resolve_params, "lineage": lineage.resolve_params,
+           "sample": lambda p: _sample_stage().resolve_params(p)}
+
+
+def _conf(*parts: str) -> dict:
+    return yaml.safe_load((ROOT / "conf").joinpath(*parts).read_text())
+
+
+def test_code_defaults_are_the_shipped_conf():
+    """Each default is stated once: the code's DEFAULTS are the shipped conf's values, where the reasons are."""
+    assert quality.DEFAULTS == _conf("quality", "default.yaml")
+    assert tokenize.DEFAULTS == _conf("tokenize", "default.yaml")
+    assert _sample_stage().DEFAULTS == _conf("source", "sample.yaml")["sample"]  # the default source preset
+    assert lineage.DEFAULTS == _conf("config.yaml")["lineage"]
+    # A mixture's name and phases have no default (every preset states them); the rest are the default preset's.
+    shipped = _conf("mixture", "default.yaml")
+    assert set(mixture.DEFAULTS) == set(shipped)
+    assert {k: v for k, v in mixture.DEFAULTS.items() if k not in mixture.REQUIRED} == \
+        {k: v for k, v in shipped.items() if k not in mixture.REQUIRED}
+
+
+@pytest.mark.parametrize("overrides, sections", [
+    ([], ["quality", "mixture", "tokenize", "sample", "lineage"]),
+    *[([f"mixture={p.stem}"], ["mixture"]) for p in sorted((ROOT / "conf" / "mixture").glob("*.yaml"))],
+    *[([f"quality={p.stem}"], ["quality"]) for p in sorted((ROOT / "conf" / "quality").glob("*.yaml"))],
+    *[([f"tokenize={p.stem}"], ["tokenize"]) for p in sorted((ROOT / "conf" / "tokenize").glob("*.yaml"))],
+    *[([f"source={p.stem}"], ["sample", "lineage"]) for p in sorted((ROOT / "conf" / "source").glob("*.yaml"))],
+], ids=lambda v: ",".join(v) if isinstance(v, list) else None)
+def test_every_shipped_preset_validates_unchanged(tmp_path, overrides, sections):
+    out = tmp_path / "params.yaml"
+    compose(overrides, conf_dir=ROOT / "conf", output=out)
+    p = yaml.safe_load(out.read_text())
+    for section in sections:
+        assert RESOLVE[section](p[section]) == p[section], section  # every key stated, nothing added
+
+
+def _with(section: str, key: str, value) -> dict:
+    """The shipped section (params.yaml) with one dotted key below it set: every other value valid."""
+    params = copy.deepcopy(yaml.safe_load((ROOT / "params.yaml").read_text())[section])
+    node, *parents = params, *key.split(".")[:-1]
+    for part in parents:
+        node = node[part]
+    node[key.split(".")[-1]] = value
+    return params
+
+
+UNKNOWN = [  # (section, misspelt dotted key below it)
+    ("quality", "max_char"), ("quality", "model.epochs"), ("quality", "positives.refrence"),
+    ("quality", "keep.top_fractoin"), ("mixture", "max_epoch"), ("mixture", "phases.bulk.fractoin"),
+    ("tokenize", "quality_tier"), ("sample", "n_doc"), ("lineage", "groundtruth"),
+]
+
+
+@pytest.mark.parametrize("section, key", UNKNOWN)
+def test_an_unknown_key_is_an_error_naming_it(section, key):
+    with pytest.raises(ParamError) as exc:
+        RESOLVE[section](_with(section, key, 1))
+    assert str(exc.value).startswith(f"{section}.{key}: unknown parameter (known: ")
+    assert "\n" not in str(exc.value)
+
+
+WRONG = [  # (section, dotted key below it, value, the whole message after "<section>.<key>: ")
+    ("quality", "max_chars", "lots", "expected an integer, got 'lots'"),
+    ("quality", "model.lr", "fast", "expected a number, got 'fast'"),
+    ("quality", "model.folds", 1, "expected at least 2 (scores are cross-fitted), got 1"),
+    ("quality", "positives.max_examples", 1.5, "expected an integer, got 1.5"),
+    ("quality", "positives.reference", ["a"], "expected a string, got ['a']"),
+    ("quality", "positives.paths", "x.parquet", "expected a list, got 'x.parquet'"),
+    ("quality", "positives.paths", [3], None),  # named as positives.paths[0], below
+    ("quality", "negatives.buckets", ["web", 2], None),
+    ("quality", "keep.mode", "best", "expected threshold or top_fraction, got 'best'"),
+    ("quality", "on_degenerate", "ignore", "expected refuse or skip_cut, got 'ignore'"),
+    ("mixture", "seed", "x", "expected an integer, got 'x'"),
+    ("mixture", "name", 3, "expected a string, got 3"),
+    ("mixture", "heldout_fraction", 1.5, "expected a number in [0, 1), got 1.5"),
+    ("mixture", "max_epochs", 4, "expected a mapping, got 4"),
+    ("mixture", "max_epochs.code", "many", "expected a number, got 'many'"),
+    ("mixture", "max_epochs.default", 0, "expected a positive number, got 0"),
+    ("mixture", "phases.bulk.weights.code", "x", "expected a number, got 'x'"),
+    ("mixture", "phases.bulk.fraction", "most", "expected a number, got 'most'"),
+    ("tokenize", "quality_tiers", ["web"], "expected a mapping, got ['web']"),
+    ("tokenize", "quality_tiers.web", 0.5, "expected a mapping, got 0.5"),
+    ("tokenize", "quality_tiers.web.high", "top", "expected a number, got 'top'"),
+    ("tokenize", "quality_tiers.web.high", 1.5, "expected a quantile in [0, 1], got 1.5"),
+    ("sample", "enabled", "yes", "expected true or false, got 'yes'"),
+    ("sample", "n_docs", 1e3, "expected an integer, got 1000.0"),
+    ("sample", "planted_eval_items", 500, None),
+    ("lineage", "ground_truth", 3, "expected a string, got 3"),
+]
+
+
+@pytest.mark.parametrize("section, key, value, message", WRONG)
+def test_a_wrong_type_or_value_is_an_error_naming_the_key(section, key, value, message):
+    with pytest.raises(ParamError) as exc:
+        RESOLVE[section](_with(section, key, value))
+    if isinstance(value, list) and message is None:  # a bad item: the key and its index
+        index = next(i for i, v in enumerate(value) if not isinstance(v, str))
+        assert str(exc.value).startswith(f"{section}.{key}[{index}]: expected a string, got ")
+    elif message is None:
+        assert str(exc.value).startswith(f"{section}.{key}: expected ")
+    else:
+        assert str(exc.value) == f"{section}.{key}: {message}"
+
+
+def test_missing_mixture_name_or_phases_is_an_error():
+    for key in mixture.REQUIRED:
+        params = _with("mixture", "seed", 1)
+        del params[key]
+        with pytest.raises(ParamError, match=rf"^mixture\.{key}: missing"):
+            mixture.resolve_params(params)
+
+
+def test_a_free_mapping_replaces_its_default_whole():
+    """quality_tiers and max_epochs are keyed by buckets: a given tiers mapping replaces the default (`{}`
+    or null turns tiers off); max_epochs keeps `default` for the buckets it does not name."""
+    assert tokenize.resolve_params({"quality_tiers": {"code": {"top": 0.9, "rest": 0}}})["quality_tiers"] == \
+        {"code": {"top": 0.9, "rest": 0}}
+    assert tokenize.resolve_params({"quality_tiers": {}})["quality_tiers"] == {}
+    assert tokenize.resolve_params({"quality_tiers": None})["quality_tiers"] == {}
+    assert tokenize.resolve_params({}) == tokenize.DEFAULTS
+    caps = mixture.resolve_params(_with("mixture", "max_epochs", {"code": 2}))["max_epochs"]
+    assert caps == {"default": mixture.DEFAULTS["max_epochs"]["default"], "code": 2}
+    # null is "none" where the stage reads it so: no fallback reference corpus, no planted cases scored
+    assert quality.resolve_params({"positives": {"reference": None}})["positives"]["reference"] is None
+    assert lineage.resolve_params({"ground_truth": None}) == {"ground_truth": None}
+
+
+@pytest.mark.parametrize("stage, args, section, key", [
+    ("mixture.py", ["tokenize"], "mixture", "max_epoch"),
+    ("sample.py", [], "sample", "n_doc"),
+])
+def test_a_stage_with_a_misspelt_key_stops_with_one_line(tmp_path, stage, args, section, key):
+    """The stage script, as dvc runs it: exit code 2 and one line naming the key, no traceback, no output."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params[section][key] = params[section].pop(key + "s", 1)  # max_epochs -> max_epoch, or a new key
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {k: v for k, v in os.environ.items() if k != "DVC_STAGE"}  # the script names itself
+    run = subprocess.run([sys.executable, str(ROOT / "stages" / stage), *args], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith(f"{stage[:-3]}: {section}.{key}: unknown parameter")
+    assert not (tmp_path / "data").exists()  # stopped before any work

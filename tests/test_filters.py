@@ -157,7 +157,7 @@ def test_conf_resolves_and_matches_published_defaults():
     # every licence a source declares is allowed: a new crawl needs no edit here (issue 11)
     assert p["licences"]["enabled"] and p["licences"]["allow"] is None
     assert p["buckets"]["code"]["language"] is False
-    with pytest.raises(ValueError, match="unknown parameters"):
+    with pytest.raises(ValueError, match=r"^filter\.gopher_quality\.min_word: unknown parameter"):
         resolve_params({"gopher_quality": {"min_word": 10}})
     with pytest.raises(ValueError, match="unknown groups"):
         resolve_params({"buckets": {"code": {"langauge": False}}})

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -58,7 +58,8 @@ def load_params(*keys: str, path: str | Path = "params.yaml") -> dict:
 
 
 class ParamError(ValueError):
-    """A parameter value of the wrong type; the message is one line naming the parameter and what it expects."""
+    """A parameter that is unknown or of the wrong type; the message is one line naming the parameter (its
+    full dotted key) and what it expects. A ValueError, so callers that catch those still do."""
 
 
 _EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
@@ -99,28 +100,39 @@ def _validate(name: str, value: Any, default: Any, types: Mapping[str, type]) ->
 
 
 def merge_params(stage: str, defaults: Mapping[str, Any], params: Mapping[str, Any] | None,
-                 types: Mapping[str, type] | None = None) -> dict:
+                 types: Mapping[str, type] | None = None, nullable: Iterable[str] = ()) -> dict:
     """`params` over `defaults`, descending into dict-valued defaults one level, every value type-checked.
 
     An unknown key is an error naming it: a misspelt threshold must never leave the default silently in force.
     A value must have its default's type (an int is accepted for a float; a bool is not an int); keys whose
-    default is None take their type from `types`, keyed by dotted name below the stage ("near.bands": int).
+    default is None take their type from `types`, keyed by dotted name below the stage ("near.bands": int);
+    keys in `nullable` (same naming) may also be null although their default is not ("positives.reference").
     So `filter.language.min_score=abc` stops the stage before any work with "filter.language.min_score:
-    expected a number, got 'abc'" instead of a TypeError deep inside a worker.
+    expected a number, got 'abc'" instead of a TypeError deep inside a worker. Every error is a ParamError
+    naming the full dotted key, which stage scripts print as one line (`script`).
     """
     types = {f"{stage}.{k}": t for k, t in (types or {}).items()}
+    nullable = {f"{stage}.{k}" for k in nullable}
     out = copy.deepcopy(dict(defaults))
     for key, value in (params or {}).items():
         if key not in out:
-            raise ValueError(f"{stage}: unknown parameter {key!r} (known: {', '.join(sorted(out))})")
+            raise ParamError(f"{stage}.{key}: unknown parameter (known: {', '.join(sorted(map(str, out)))})")
+        if value is None and f"{stage}.{key}" in nullable:
+            out[key] = None
+            continue
         value = _validate(f"{stage}.{key}", value, out[key], types)
         if isinstance(out[key], dict):
-            unknown = set(value) - set(out[key])
-            if unknown and out[key]:
-                raise ValueError(f"{stage}.{key}: unknown parameters {sorted(unknown)} (known: {sorted(out[key])})")
-            for sub, v in value.items():  # a dict default of {} takes any keys, unchecked
-                out[key][sub] = copy.deepcopy(_validate(f"{stage}.{key}.{sub}", v, out[key][sub], types)
-                                              if sub in out[key] else v)
+            unknown = sorted(map(str, set(value) - set(out[key])))
+            if unknown and out[key]:  # a dict default of {} takes any keys, unchecked
+                more = f"; also unknown: {', '.join(unknown[1:])}" if len(unknown) > 1 else ""
+                raise ParamError(f"{stage}.{key}.{unknown[0]}: unknown parameter (known: "
+                                 f"{', '.join(sorted(map(str, out[key])))}){more}")
+            for sub, v in value.items():
+                name = f"{stage}.{key}.{sub}"
+                if sub not in out[key] or (v is None and name in nullable):
+                    out[key][sub] = copy.deepcopy(v)
+                else:
+                    out[key][sub] = copy.deepcopy(_validate(name, v, out[key][sub], types))
         else:
             out[key] = copy.deepcopy(value)
     return out

@@ -20,15 +20,57 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tokenmill.runtime import ParamError, merge_params
+
 
 class MixtureError(ValueError):
     """A mixture that cannot be planned; the message says which bucket and why."""
+
+
+# The top-level parameters and their defaults: conf/mixture/default.yaml (tests/test_config.py keeps the two
+# equal). name and phases have none: they are what a mixture preset is, so every preset states them.
+DEFAULTS: dict[str, Any] = {
+    "name": None,
+    "seed": 1234,
+    "heldout_fraction": 0.01,
+    "max_epochs": {"default": 4},  # bucket name -> the most epochs; `default` for the buckets not named
+    "phases": None,
+}
+REQUIRED = ("name", "phases")
+
+
+def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """params over DEFAULTS: an unknown key or a wrong type is a ParamError naming the full dotted key.
+
+    max_epochs is keyed by bucket names, which no schema lists: its keys are free, its values numbers, and
+    those not given keep DEFAULTS' (so `{code: 2}` still caps every other bucket at the default). The
+    phases' structure is parse_phases's; here only the types of their fractions and weights.
+    """
+    params = dict(params or {})
+    p = merge_params("mixture", {**DEFAULTS, "max_epochs": {}}, params, types={"name": str, "phases": dict})
+    for key in REQUIRED:
+        if p[key] is None:
+            raise ParamError(f"mixture.{key}: missing (every mixture preset states it)")
+    caps = {**DEFAULTS["max_epochs"], **p["max_epochs"]}
+    p["max_epochs"] = merge_params("mixture.max_epochs", {b: 0.0 for b in caps}, caps)
+    for bucket, cap in p["max_epochs"].items():
+        if cap <= 0:
+            raise ParamError(f"mixture.max_epochs.{bucket}: expected a positive number, got {cap!r}")
+    if not 0 <= p["heldout_fraction"] < 1:
+        raise ParamError(f"mixture.heldout_fraction: expected a number in [0, 1), got {p['heldout_fraction']!r}")
+    for name, phase in p["phases"].items():
+        if isinstance(phase, Mapping):  # anything else, and a missing key, is parse_phases's error
+            merge_params(f"mixture.phases.{name}", {"fraction": 0.0, "weights": {}}, phase)
+            if isinstance(phase.get("weights"), Mapping):
+                merge_params(f"mixture.phases.{name}.weights", {b: 0.0 for b in phase["weights"]}, phase["weights"])
+    parse_phases(p["phases"])
+    return p
 
 
 PLAN = pa.schema([

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill import schema
-from tokenmill.mixture import build_plan, parse_phases, token_budget, tokens_per_step
+from tokenmill.mixture import build_plan, parse_phases, resolve_params, token_budget, tokens_per_step
 from tokenmill.runtime import StageRun, input_id, read_manifest, write_plot_rows
 
 
@@ -26,6 +26,7 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
     budget_cfg holds the train keys a plan depends on (seq_len, global_batch, token_budget, tokens_per_param)
     and model_cfg the model keys its size depends on: a learning-rate change never re-plans.
     """
+    mixture_cfg = resolve_params(mixture_cfg)  # before any work: a misspelt key stops the stage here
     data_root = Path(data_root)
     out_dir = Path(out_dir) if out_dir else data_root / "mixture"
     plots_dir = Path(plots_dir)
@@ -38,11 +39,11 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
     params = {"mixture": dict(mixture_cfg), "train": dict(budget_cfg), "model": dict(model_cfg), "token_budget": budget}
     with StageRun("mixture", out_dir, params, input_stage=input_stage, libraries=("numpy", "duckdb")) as run:
         run.input_hashes[input_stage] = input_id(tok)
-        result = build_plan(index, phases, budget, int(mixture_cfg["seed"]),
-                            mixture_cfg.get("max_epochs", 4.0), float(mixture_cfg.get("heldout_fraction", 0.0)))
+        result = build_plan(index, phases, budget, mixture_cfg["seed"], mixture_cfg["max_epochs"],
+                            mixture_cfg["heldout_fraction"])
         plan = result["plan"]
         if result["missing"]:
-            print(f"mixture: warning: {mixture_cfg.get('name', 'the mixture')} weights "
+            print(f"mixture: warning: {mixture_cfg['name']} weights "
                   f"{', '.join(result['missing'])}, which the corpus lacks; their weight is spread over "
                   f"{', '.join(sorted(result['available']))}", file=sys.stderr)
         _write(plan, run.tmp / "plan.parquet")
@@ -94,7 +95,7 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
                   "tokens": b["planned_tokens"]} for b in buckets.to_pylist() if b["phase"]]
         write_plot_rows(plots_dir / "mixture_buckets.json", rows)
         # What training and the audit read without re-deriving it from parameters.
-        run.extra.update({"mixture_name": mixture_cfg.get("name"), "seq_len": int(budget_cfg["seq_len"]),
+        run.extra.update({"mixture_name": mixture_cfg["name"], "seq_len": int(budget_cfg["seq_len"]),
                           "global_batch": int(budget_cfg["global_batch"]), "tokens_per_step": step_tokens,
                           "steps": steps, "token_budget": budget, "phases": [p.name for p in phases]})
     return run.manifest

@@ -30,7 +30,7 @@ import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import duckdb
 import numpy as np
@@ -39,10 +39,24 @@ import pyarrow.parquet as pq
 
 from tokenmill.docstage import Outcome, map_document_shards
 from tokenmill.execution import log_phase, make_executor
-from tokenmill.runtime import StageRun
+from tokenmill.runtime import ParamError, StageRun, merge_params
 
 LABEL_HQ, LABEL_LQ = "__label__hq", "__label__lq"
-DEFAULT_MIN_SCORE_SPREAD = 0.02  # conf/quality/default.yaml: min_score_spread, with the measurement behind it
+# The parameters and their defaults: conf/quality/default.yaml, which says why each value is what it is
+# (tests/test_config.py keeps the two equal, so a default is stated once).
+DEFAULTS: dict[str, Any] = {
+    "positives": {"sources": ["sample_reference"], "paths": [], "reference": "data/sample/reference/*.parquet",
+                  "max_examples": 20000},
+    "negatives": {"buckets": ["web"], "max_examples": 20000},
+    "cut_buckets": ["web"],
+    "max_chars": 10000,
+    "model": {"dim": 64, "epoch": 25, "lr": 0.5, "word_ngrams": 2, "hash_buckets": 200000, "min_count": 1,
+              "seed": 1234, "folds": 2},
+    "min_separation": 0.2,
+    "min_score_spread": 0.02,
+    "on_degenerate": "refuse",
+    "keep": {"mode": "top_fraction", "top_fraction": 0.7, "threshold": 0.5},
+}
 _SPACE = re.compile(r"\s+")
 
 
@@ -255,20 +269,33 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
+def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """params over DEFAULTS: unknown keys, wrong types and values outside their range are a ParamError
+    naming the full dotted key, raised before any work."""
+    # reference may be null: no fallback corpus (the check stage then asks for positives.paths).
+    p = merge_params("quality", DEFAULTS, params, nullable=("positives.reference",))
+    # paths defaults to [], which says nothing about its items: check them as the strings (globs) they are.
+    merge_params("quality.positives", {"paths": [""]}, {"paths": p["positives"]["paths"]})
+    if p["keep"]["mode"] not in ("threshold", "top_fraction"):
+        raise ParamError(f"quality.keep.mode: expected threshold or top_fraction, got {p['keep']['mode']!r}")
+    if p["keep"]["mode"] == "top_fraction" and not 0 < p["keep"]["top_fraction"] <= 1:
+        raise ParamError(f"quality.keep.top_fraction: expected a number in (0, 1], got {p['keep']['top_fraction']!r}")
+    if p["model"]["folds"] < 2:
+        raise ParamError(f"quality.model.folds: expected at least 2 (scores are cross-fitted), got {p['model']['folds']!r}")
+    if p["on_degenerate"] not in ("refuse", "skip_cut"):
+        raise ParamError(f"quality.on_degenerate: expected refuse or skip_cut, got {p['on_degenerate']!r}")
+    return p
+
+
 def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path, input_stage: str) -> dict:
+    params = resolve_params(params)  # before any work: a typo must not cost a training run
     data_root = Path(data_root)
     shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
     input_glob = str(data_root / input_stage / "documents" / "*.parquet")
     keep = params["keep"]
-    if keep["mode"] not in ("threshold", "top_fraction"):
-        raise ValueError(f"quality.keep.mode must be threshold or top_fraction, got {keep['mode']!r}")
-    seed, folds = int(params["model"]["seed"]), int(params["model"].get("folds", 2))
-    if folds < 2:
-        raise ValueError("quality.model.folds must be at least 2: scores are cross-fitted")
-    on_degenerate = params.get("on_degenerate", "refuse")
-    if on_degenerate not in ("refuse", "skip_cut"):
-        raise ValueError(f"quality.on_degenerate must be refuse or skip_cut, got {on_degenerate!r}")
-    min_spread = float(params.get("min_score_spread", DEFAULT_MIN_SCORE_SPREAD))
+    seed, folds = int(params["model"]["seed"]), int(params["model"]["folds"])
+    on_degenerate = params["on_degenerate"]
+    min_spread = float(params["min_score_spread"])
     with StageRun("quality", data_root / "quality", dict(params), input_stage=input_stage,
                   libraries=("fasttext-numpy2", "numpy")) as run:
         pos, neg = training_examples(input_glob, params)
@@ -285,7 +312,7 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
         sep = float(p_pos.mean() - p_neg.mean())
         run.metrics["heldout_auc"] = round(auc(p_pos, p_neg), 4)
         run.metrics["heldout_separation"] = round(sep, 4)
-        if sep < float(params.get("min_separation", 0.2)):
+        if sep < float(params["min_separation"]):
             raise ValueError(f"quality: the classifier did not learn (held-out mean P(hq) of positives minus "
                              f"negatives = {sep:.4f} < min_separation); raise quality.model.epoch or lr, or add examples")
         # One scoring pass: every document predicted once, its score kept for the decisions; the cut

@@ -10,10 +10,11 @@ document) and index/<shard>.parquet (doc_id, source, bucket, shard, offset, leng
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 from weakref import WeakKeyDictionary
 
 import duckdb
@@ -23,7 +24,7 @@ import pyarrow.parquet as pq
 
 from tokenmill import schema
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, input_id
+from tokenmill.runtime import ParamError, StageRun, input_id, merge_params
 
 STAGE = "tokenize"
 INDEX = pa.schema([
@@ -34,6 +35,35 @@ INDEX = pa.schema([
     ("offset", pa.int64()),  # first token of the document in that file
     ("length", pa.int64()),  # tokens of the document; the end-of-text token follows it
 ])
+
+
+# The parameters and their defaults: conf/tokenize/default.yaml, which says what the tiers mean
+# (tests/test_config.py keeps the two equal).
+DEFAULTS: dict[str, Any] = {"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}}
+
+
+def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """params over DEFAULTS: an unknown key, a wrong type or a tier outside [0, 1] is a ParamError naming
+    the full dotted key.
+
+    quality_tiers is keyed by bucket and tier names, which no schema lists. A given mapping replaces the
+    default whole (merged, listing only code's tiers would keep web's, and `{}` or null could not turn tiers
+    off), so merge_params sees it as a free mapping and each level is type-checked below.
+    """
+    p = merge_params(STAGE, {"quality_tiers": {}}, params, nullable=("quality_tiers",))
+    if "quality_tiers" not in (params or {}):
+        p["quality_tiers"] = copy.deepcopy(DEFAULTS["quality_tiers"])
+    tiers = merge_params(f"{STAGE}.quality_tiers", {b: {} for b in p["quality_tiers"] or {}}, p["quality_tiers"])
+    for bucket, quantiles in tiers.items():
+        name = f"{STAGE}.quality_tiers.{bucket}"
+        if not quantiles:
+            raise ParamError(f"{name}: expected at least one tier, got {quantiles!r}")
+        tiers[bucket] = merge_params(name, {t: 0.0 for t in quantiles}, quantiles)
+        for tier, q in tiers[bucket].items():
+            if not 0 <= q <= 1:
+                raise ParamError(f"{name}.{tier}: expected a quantile in [0, 1], got {q!r}")
+    p["quality_tiers"] = tiers
+    return p
 
 
 def tier_of(score: float | None, tiers: Mapping[str, float]) -> str:
@@ -170,6 +200,7 @@ def run_tokenize(params: Mapping, execution_cfg: Mapping | None, data_root: str 
     from the `quality_score` in data_root/scores_stage's decisions."""
     from tokenmill.tokenizer import Tokenizer
 
+    params = resolve_params(params)  # before any work: a misspelt key stops the stage here
     data_root = Path(data_root)
     shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
     tok_dir = data_root / tokenizer_stage
@@ -179,9 +210,9 @@ def run_tokenize(params: Mapping, execution_cfg: Mapping | None, data_root: str 
                   libraries=("sentencepiece", "numpy")) as run:
         run.input_hashes[input_stage] = input_id(data_root / input_stage)
         run.input_hashes[tokenizer_stage] = input_id(tok_dir)
-        if params.get("quality_tiers"):
+        if params["quality_tiers"]:
             run.input_hashes[scores_stage] = input_id(data_root / scores_stage)
-        tiers = tier_cutoffs(params.get("quality_tiers") or {}, data_root / input_stage / "documents", quality)
+        tiers = tier_cutoffs(params["quality_tiers"], data_root / input_stage / "documents", quality)
         run.extra["quality_tier_cutoffs"] = tiers
         tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,
                               str(tok_dir), str(run.tmp), tiers) for p in shards]
