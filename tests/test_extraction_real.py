@@ -41,8 +41,9 @@ FLOORS = {
     "resiliparse": {"recall": 0.90, "rejection": 0.68},
     "trafilatura": {"recall": 0.91, "rejection": 0.86},
     "ingest:resiliparse": {"recall": 0.92, "rejection": 0.67},
-    # cascade measured 0.9630 (573/595) / 0.8300 (493/594), 0 pages empty (resiliparse 2.0.1, 2026-11).
-    "cascade": {"recall": 0.94, "rejection": 0.78},
+    # cascade measured 0.9597 (571/595) / 0.8855 (526/594), 0 pages empty (resiliparse 2.0.1, 2026-11; before
+    # trafilatura's discard names, forms and the tail cut: 0.9630 / 0.8300).
+    "cascade": {"recall": 0.92, "rejection": 0.85},
 }
 MODES = (*EXTRACTORS, "ingest:resiliparse")
 
@@ -157,10 +158,11 @@ def test_resiliparse_unclosed_noscript_page_falls_back_to_trafilatura():
 # with its number of word tokens (\w+, lower-cased); a snippet is found when its token sequence occurs in the
 # extracted text's token sequence. precision = found "with" tokens / (found "with" + found "without" tokens),
 # recall = found "with" tokens / all "with" tokens. Measured on the subset (2026-11):
-#   resiliparse 0.8461   cascade 0.8991   trafilatura 0.9096
-# (all 990 pages: 0.868, 0.900, 0.918; benchmarks/RESULTS.md). Floors: measured minus about 0.025. The cascade
-# stays 0.011 (subset) to 0.018 (all pages) below trafilatura: the target of 0.01 is not reached.
-F1_FLOOR = {"resiliparse": 0.82, "cascade": 0.87, "trafilatura": 0.88}
+#   resiliparse 0.8461   cascade 0.9105   trafilatura 0.9096
+# (all 990 pages: 0.868, 0.910, 0.918; benchmarks/RESULTS.md). Floors: measured minus about 0.025. The cascade
+# was 0.8991 here (0.900 on all pages) before trafilatura's discard names, forms, sibling articles and the tail
+# cut.
+F1_FLOOR = {"resiliparse": 0.82, "cascade": 0.88, "trafilatura": 0.88}
 _TOKEN = re.compile(r"\w+")
 
 
@@ -191,9 +193,17 @@ def test_token_f1_floor(mode):
 
 @needs_data
 def test_cascade_closes_most_of_the_gap_to_trafilatura():
-    # resiliparse plain is 0.064 below trafilatura on the subset, the cascade 0.011: at least half the gap closed.
+    # resiliparse plain is 0.064 below trafilatura on the subset, the cascade 0.0009 above: at least half the gap
+    # closed.
     plain, cascade, slow = _token_f1("resiliparse"), _token_f1("cascade"), _token_f1("trafilatura")
     assert cascade - plain >= 0.5 * (slow - plain), (plain, cascade, slow)
+
+
+@needs_data
+def test_cascade_within_a_hundredth_of_trafilatura():
+    # Issue 12's target for the fast extractor: token F1 at most 0.01 below trafilatura's. Measured on the subset
+    # 0.0009 above it (0.9105 vs 0.9096), on all 990 pages 0.008 below (benchmarks/RESULTS.md).
+    assert _token_f1("cascade") >= _token_f1("trafilatura") - 0.01
 
 
 # Structures on real evaluation pages: (url, snippet part, must be kept?, what it is). resiliparse plain gets
@@ -209,6 +219,10 @@ STRUCTURES = [
      "a related-articles box"),
     ("https://oekolandbau.de/service/nachrichten/detailansicht/tag-des-zweinutzungshuhns-am-22-januar/",
      "Foto: ÖTZ", False, "an image caption"),
+    ("http://www.regards.fr/politique/article/deux-ans-et-demi-en-macronie-9-mises-en-examen-10-enquetes-en-cours-et-2",
+     "Qui êtes-vous", False, "the legend of a comment form's fieldset"),
+    ("https://knowtechie.com/rocket-pass-4-in-rocket-league-brings-with-it-a-new-rally-inspired-car/",
+     "Related Topics", False, "a 'Related Topics' line left after the article's last sentence"),
 ]
 
 
@@ -220,6 +234,24 @@ def test_structures_on_real_pages(url, part, kept, what):
     raw = _page_bytes(entry["file"])
     assert (_flat(snippet) in _flat(_extract(raw, "cascade"))) is kept, what
     assert (_flat(snippet) in _flat(_extract(raw, "resiliparse"))) is not kept, f"resiliparse now handles {what}"
+
+
+# Forum threads: every post is an <article> (XenForo's "message" articles); the one with the most text is not
+# the content, the thread is. The cascade took the longest post alone before (17 and 10 tokens of posts lost).
+FORUM_POSTS = [
+    ("https://villagersandheroes.com/forums/threads/patchnotes-4-47-4-tagundnachtgleiche-bugfix-build.3976/",
+     "Die Farbe der Spawn-Ankündigungen"),
+    ("https://www.katzen-forum.net/threads/jede-nacht-verliert-pepe-soviel-dreck-aus-dem-fell.230143/",
+     "Bettelmänner"),
+]
+
+
+@needs_data
+@pytest.mark.parametrize("url,part", FORUM_POSTS, ids=["patchnotes", "katzen-forum"])
+def test_cascade_keeps_every_post_of_a_forum_thread(url, part):
+    entry = json.loads(EVALDATA.read_text(encoding="utf-8"))[url]
+    snippet = next(s for s in entry["with"] if part in s)
+    assert _flat(snippet) in _flat(_extract(_page_bytes(entry["file"]), "cascade"))
 
 
 # --- a tiny deterministic case that needs no data -------------------------------------------------------
@@ -302,3 +334,21 @@ def test_cascade_keeps_article_structures_and_drops_threads_related_and_captions
     # What the cascade fixes: resiliparse alone drops the linked list and keeps the comment thread here.
     plain = _flat(normalise(extract_html(STRUCTURED, "resiliparse")))
     assert "north arch" not in plain and "34 responses" in plain
+
+
+def _tail_page(ending: str) -> str:
+    return (f"<!doctype html><html><body><article><h1>Bridge repairs agreed</h1><div class=\"entry-content\">"
+            f"<p>{ARTICLE}</p><p>{SECOND}</p>{ending}</div></article></body></html>")
+
+
+def test_cascade_cuts_lines_after_the_last_sentence_but_not_a_closing_list_or_table():
+    # Lines left after the article's last sentence are what resiliparse keeps of the page around it.
+    text = normalise(extract_html(_tail_page("<p>Tags: bridge, river</p><h4>Related Topics</h4>"), "cascade"))
+    assert text.endswith("recorded the water levels every morning."), text[-200:]
+    # An article may end in a list or a table without a full stop: they stay.
+    listed = _flat(normalise(extract_html(_tail_page(
+        "<ul><li>north arch first</li><li>deck in May</li></ul>"), "cascade")))
+    assert "north arch first" in listed and "deck in May" in listed
+    table = _flat(normalise(extract_html(_tail_page(
+        "<table><tr><td>Phase one</td><td>120,000 euros</td></tr></table>"), "cascade")))
+    assert "Phase one" in table and "120,000 euros" in table
