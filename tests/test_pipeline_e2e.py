@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 import dvc_deps
+from tiny_run import copy_project
 from tokenmill import lineage
 from tokenmill.config import compose
 
@@ -81,13 +82,7 @@ IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
 def _fresh_clone(root: Path) -> Path:
     """What a new user has after cloning: the tracked project, the test size, a git commit; no outputs."""
     repo = root / "repo"
-    repo.mkdir()
-    for item in ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md", "data/user", ".gitignore"):
-        (repo / item).parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / item).is_dir():
-            shutil.copytree(ROOT / item, repo / item, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(ROOT / item, repo / item)
+    copy_project(repo)
     (repo / "conf" / "scouts" / "test.yaml").write_text(TEST_SCOUTS)
     config = (repo / "conf" / "config.yaml").read_text()
     assert "  - scouts: cpu_demo" in config
@@ -386,6 +381,30 @@ def test_forced_rerun_and_comment_edit_do_only_their_own_work(demo):
     finally:
         module.write_text(original)
         _run(["dvc", "repro"], repo)
+
+
+@pytest.mark.slow
+def test_lineage_stage_fails_when_a_document_goes_missing(demo, tmp_path):
+    """A pipeline that lost a document must not look finished: the lineage stage exits non-zero naming it.
+    Run on a copy of the demo's data in which one of pii's decision rows was removed, as a buggy stage would."""
+    import pyarrow.parquet as pq
+
+    repo, _, _ = demo
+    (tmp_path / "data").mkdir()
+    for stage in (repo / "data").iterdir():
+        if stage.name == "pii":
+            shutil.copytree(stage, tmp_path / "data" / "pii")
+        else:
+            (tmp_path / "data" / stage.name).symlink_to(stage)
+    shutil.copy(repo / "params.yaml", tmp_path / "params.yaml")
+    shard = sorted((tmp_path / "data" / "pii" / "decisions").glob("*.parquet"))[0]
+    table = pq.read_table(shard)
+    victim = table.column("doc_id")[0].as_py()
+    pq.write_table(table.slice(1), shard)
+
+    proc = _run([sys.executable, str(repo / "stages" / "lineage.py"), "tokenize", "mixture"], tmp_path, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert victim in proc.stderr and " 0 conservation problem(s)" not in proc.stdout, proc.stderr
 
 
 @pytest.mark.slow

@@ -54,16 +54,25 @@ def run(args, cwd, check=True, **extra_env) -> subprocess.CompletedProcess:
     return proc
 
 
-def _fresh_clone(repo: Path) -> None:
-    from tokenmill.config import compose
+# What a pipeline run needs of a checkout: the DAG, its configuration, code, and the tracked data folders.
+PROJECT_FILES = ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md", "data/user", ".gitignore")
 
-    repo.mkdir(parents=True)
-    for item in ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md", ".gitignore"):
+
+def copy_project(repo: Path) -> None:
+    """The files of PROJECT_FILES from this checkout (its working tree, uncommitted edits included) into repo."""
+    repo.mkdir(parents=True, exist_ok=True)
+    for item in PROJECT_FILES:
         (repo / item).parent.mkdir(parents=True, exist_ok=True)
         if (ROOT / item).is_dir():
             shutil.copytree(ROOT / item, repo / item, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(ROOT / item, repo / item)
+
+
+def _fresh_clone(repo: Path) -> None:
+    from tokenmill.config import compose
+
+    copy_project(repo)
     with open(repo / "conf" / "config.yaml", "a") as f:
         f.write(TINY)
     run(["git", "init", "-q"], repo)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from tokenmill.docstage import Outcome
-from tokenmill.runtime import merge_params
+from tokenmill.runtime import ParamError, merge_params
 from tokenmill.filters import c4, fineweb, gopher, langid, urls
 from tokenmill.filters.text import Measure, Text
 
@@ -53,7 +53,7 @@ def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     for bucket, switches in buckets.items():
         bad = set(switches or {}) - set(GROUPS)
         if bad:
-            raise ValueError(f"filter.buckets.{bucket}: unknown groups {sorted(bad)}; known: {GROUPS}")
+            raise ParamError(f"filter.buckets.{bucket}: unknown groups {sorted(bad)}; known: {GROUPS}")
         out["buckets"][bucket] = {g: bool(v) for g, v in (switches or {}).items()}
     return out
 
