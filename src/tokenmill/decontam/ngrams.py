@@ -32,6 +32,8 @@ from typing import Iterable
 
 import numpy as np
 
+from tokenmill.textcut import whitespace_pieces
+
 P = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplication by it is a bijection mod 2^64
 _APOSTROPHES = "'\u2018\u2019\u02bc\uff07"
 _NO_SPACES = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
@@ -103,7 +105,6 @@ KEEP, SPACE, DELETE, ISOLATE, ELSEWHERE = 0, 1, 2, 3, 4  # ELSEWHERE: above the 
 _NO_SPACE_RANGES = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF), (0x3400, 0x4DBF),
                     (0x4E00, 0x9FFF), (0xF900, 0xFAFF))  # _NO_SPACES within the plane
 _BATCH_CHARS = 1 << 18  # characters per segmentation call (texts joined): ~40 bytes of arrays per character
-_WHITESPACE = re.compile(r"\s")
 
 
 @lru_cache(maxsize=len(MODES))
@@ -210,23 +211,6 @@ def _hash_words(cp: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     return h
 
 
-def _pieces(text: str) -> list[str]:
-    """A text cut at whitespace into pieces of at most about _BATCH_CHARS characters (a run without
-    whitespace longer than that stays whole); whitespace separates words in every mode."""
-    out, start = [], 0
-    while len(text) - start > _BATCH_CHARS:
-        cut = max(text.rfind(" ", start, start + _BATCH_CHARS), text.rfind("\n", start, start + _BATCH_CHARS))
-        if cut <= start:
-            m = _WHITESPACE.search(text, start + _BATCH_CHARS)
-            if m is None:
-                break
-            cut = m.start()
-        out.append(text[start:cut])
-        start = cut + 1
-    out.append(text[start:])
-    return out
-
-
 def hash_texts(prepared: list[str], mode: str = "space") -> tuple[np.ndarray, np.ndarray]:
     """(hash of every word of the prepared texts, in order; words per text), texts segmented together in
     batches of about _BATCH_CHARS characters (a longer text alone, piece by piece)."""
@@ -234,7 +218,7 @@ def hash_texts(prepared: list[str], mode: str = "space") -> tuple[np.ndarray, np
     lo = 0
     while lo < len(prepared):
         if len(prepared[lo]) > _BATCH_CHARS:
-            parts = [_hash_words(*_segment(p, mode)[:3]) for p in _pieces(prepared[lo])]
+            parts = [_hash_words(*_segment(p, mode)[:3]) for p in whitespace_pieces(prepared[lo], _BATCH_CHARS)]
             hashes.extend(parts)
             counts.append(np.array([sum(map(len, parts))], np.int64))
             lo += 1

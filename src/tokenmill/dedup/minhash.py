@@ -40,8 +40,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from tokenmill.textcut import whitespace_pieces
+
 WORD = re.compile(r"\w+")
-_SPACE = re.compile(r"\s")
 _ONE_WORD_CHAR = re.compile(r"\w")
 MAX32 = np.uint32(0xFFFFFFFF)
 _U64 = np.uint64
@@ -162,23 +163,6 @@ def _batch_word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return wh, counts[:len(texts)]
 
 
-def _pieces(text: str) -> list[str]:
-    """A text cut at whitespace into pieces of about _BATCH_CHARS characters (a piece of a single word
-    longer than that is kept whole); cutting at whitespace never splits a word."""
-    out, start = [], 0
-    while len(text) - start > _BATCH_CHARS:
-        cut = max(text.rfind(" ", start, start + _BATCH_CHARS), text.rfind("\n", start, start + _BATCH_CHARS))
-        if cut <= start:
-            m = _SPACE.search(text, start + _BATCH_CHARS)
-            if m is None:
-                break
-            cut = m.start()
-        out.append(text[start:cut])
-        start = cut + 1
-    out.append(text[start:])
-    return out
-
-
 # --- 3. shingle hashes ----------------------------------------------------------------------------------
 
 def _combine(wh: np.ndarray, counts: np.ndarray, ngram: int) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +194,7 @@ def _combine(wh: np.ndarray, counts: np.ndarray, ngram: int) -> tuple[np.ndarray
 def shingle_hashes(text: str, ngram: int = 5) -> np.ndarray:
     """uint32 hash of every shingle of `text`, in order (duplicates kept: they do not change a minimum)."""
     _check_ngram(ngram)
-    wh = np.concatenate([_batch_word_hashes([p])[0] for p in _pieces(text)])
+    wh = np.concatenate([_batch_word_hashes([p])[0] for p in whitespace_pieces(text, _BATCH_CHARS)])
     return _combine(wh, np.array([len(wh)], np.int64), ngram)[0]
 
 
@@ -309,7 +293,7 @@ def signatures(texts, ngram: int = 5, num_perm: int = 128, seed: int = 1) -> np.
 
     for i, text in enumerate(texts):
         if len(text) > _BATCH_CHARS:  # a long text alone, its words hashed piece by piece
-            wh = np.concatenate([_batch_word_hashes([p])[0] for p in _pieces(text)])
+            wh = np.concatenate([_batch_word_hashes([p])[0] for p in whitespace_pieces(text, _BATCH_CHARS)])
             sign(wh, np.array([len(wh)], np.int64), np.array([i]))
             continue
         if size + len(text) > _BATCH_CHARS:
