@@ -158,30 +158,9 @@ def labelled_units(PII: Path) -> list[tuple[str, str, list[tuple[str, int, int]]
 
 
 def measure(units, params) -> dict[str, dict]:
-    """Per-type precision and recall of PIIProcessor's detection against gold spans (exact span and type)."""
-    proc = PIIProcessor(params)
-    tp, n_pred, n_gold, misses, false = Counter(), Counter(), Counter(), [], []
-    for name, text, gold in units:
-        found = find_all(text, TYPES, proc.keep_private_ip, proc.phone_regions, proc.phone_validation)
-        pred = {(m.type, m.start, m.end) for m in found if m.type in proc.types}
-        gold = set(gold)
-        for kind, s, e in pred:
-            n_pred[kind] += 1
-            if (kind, s, e) in gold:
-                tp[kind] += 1
-            else:
-                false.append((name, kind, text[s:e]))
-        for kind, s, e in gold:
-            n_gold[kind] += 1
-            if (kind, s, e) not in pred:
-                misses.append((name, kind, text[s:e]))
-    out = {}
-    for kind in TYPES:
-        out[kind] = {"tp": tp[kind], "pred": n_pred[kind], "gold": n_gold[kind],
-                     "precision": tp[kind] / n_pred[kind] if n_pred[kind] else 1.0,
-                     "recall": tp[kind] / n_gold[kind] if n_gold[kind] else 1.0}
-    out["_errors"] = {"false_positives": false, "misses": misses}
-    return out
+    """Per-type precision and recall (exact span and type) of (name, text, gold) units: the development
+    set's scorer (benchmarks/pii_devset.py), so the labelled sets are scored alike."""
+    return pii_devset.measure([pii_devset.Unit(name, text, list(gold)) for name, text, gold in units], params)
 
 
 def report(title, res):

@@ -8,9 +8,7 @@ output, one stage for a comment edit, the plan and below for a mixture experimen
 """
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,21 +20,12 @@ import yaml
 
 import dvc_deps
 from tiny_run import copy_project
+from tiny_run import run as _run  # dvc and tokenmill from this venv, a git identity, no progress bars
 from tokenmill import lineage
 from tokenmill.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 DATA_STAGES = ["sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer", "tokenize"]
-
-
-def _run(args, cwd, check=True, **extra_env):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "TOKENMILL_PROGRESS": "0", **IDENTITY, **extra_env}
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def _check_step_tokens(con, token_dir, step):
@@ -74,9 +63,6 @@ s2: {model: {name: t2, n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_
 # The stages of the test's build, with its ladder.
 STAGES = list(dvc_deps.expand(yaml.safe_load((ROOT / "dvc.yaml").read_text()),
                               {"scouts": yaml.safe_load(TEST_SCOUTS)})["stages"])
-# git commits made by the test and by `dvc exp` need an identity, whatever the machine's git config says.
-IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
-            for what, value in (("NAME", "tokenmill-test"), ("EMAIL", "test@tokenmill.invalid"))}
 
 
 def _fresh_clone(root: Path) -> Path:
