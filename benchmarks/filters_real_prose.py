@@ -23,6 +23,19 @@ ROOT = Path(__file__).resolve().parents[1]
 CLOSING_QUOTES = "”’»›"
 
 
+def join_blocks(blocks: list[str], min_words: int) -> list[str]:
+    """Consecutive blocks (paragraphs, news stories) joined by blank lines into documents of at least
+    min_words words; a short remainder at the end is left out."""
+    docs, cur, words = [], [], 0
+    for block in blocks:
+        cur.append(block)
+        words += len(block.split())
+        if words >= min_words:
+            docs.append("\n\n".join(cur))
+            cur, words = [], 0
+    return docs
+
+
 def book_documents(text_dir: Path, per_book: int = 40, min_words: int = 400) -> list[str]:
     """Gutenberg bodies, paragraphs unwrapped to one line each, cut into >= min_words documents; up to
     per_book evenly spaced documents of each book."""
@@ -36,13 +49,7 @@ def book_documents(text_dir: Path, per_book: int = 40, min_words: int = 400) -> 
         body = raw[raw.index("\n", start.start()) + 1: end.start()]
         paras = [" ".join(line.strip() for line in p.splitlines()) for p in re.split(r"\n\s*\n", body)]
         paras = [p for p in paras if p.strip()]
-        docs, cur, words = [], [], 0
-        for p in paras:
-            cur.append(p)
-            words += len(p.split())
-            if words >= min_words:
-                docs.append("\n\n".join(cur))
-                cur, words = [], 0
+        docs = join_blocks(paras, min_words)
         step = max(1, len(docs) // per_book)
         out += docs[::step][:per_book]
     return out
@@ -57,15 +64,7 @@ def news_documents(text_dir: Path, min_words: int = 200) -> list[str]:
             raw = data.decode("utf-8")
         except UnicodeDecodeError:
             raw = data.decode("cp1252")  # science.txt is Windows-1252 ("\xb0" is the degree sign)
-        cur, words = [], 0
-        for block in re.split(r"\n\s*\n", raw):
-            if not block.strip():
-                continue
-            cur.append(block.strip("\n"))
-            words += len(block.split())
-            if words >= min_words:
-                out.append("\n\n".join(cur))
-                cur, words = [], 0
+        out += join_blocks([b.strip("\n") for b in re.split(r"\n\s*\n", raw) if b.strip()], min_words)
     return out
 
 

@@ -17,6 +17,7 @@ import json
 import random
 import re
 import string
+import sys
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
@@ -32,6 +33,9 @@ from tokenmill.filters.langid import LanguageIdentifier
 from tokenmill.filters.text import Text
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
+import filters_real_prose as frp  # noqa: E402  (the real-text corpora and their document cutting)
+
 CONF = PROJECT_ROOT / "conf" / "filter" / "default.yaml"
 
 
@@ -93,18 +97,7 @@ def abc_news(text_dir: Path, n: int = 200, min_words: int = 200) -> list[str]:
     """ABC rural news: stories and their sub-headed blocks are separated by blank lines; consecutive
     blocks are joined until a document has at least `min_words` words."""
     raw = gzip.open(text_dir / "news" / "nltk_abc" / "rural.txt.gz", "rt", encoding="utf-8").read()
-    docs, cur, words = [], [], 0
-    for block in re.split(r"\n\s*\n", raw):
-        if not block.strip():
-            continue
-        cur.append(block.strip("\n"))
-        words += len(block.split())
-        if words >= min_words:
-            docs.append("\n\n".join(cur))
-            cur, words = [], 0
-            if len(docs) == n:
-                break
-    return docs
+    return frp.join_blocks([b.strip("\n") for b in re.split(r"\n\s*\n", raw) if b.strip()], min_words)[:n]
 
 
 @lru_cache(maxsize=None)
