@@ -16,7 +16,6 @@ and a page holding one moral_scenarios item is contaminated by that item alone.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import textwrap
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.decontam import DecontamProcessor, normalize, read_items
+from conftest import missing_shared_data  # skips, or fails under CI=true
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 EVAL, TEXT = SHARED / "eval", SHARED / "text"
@@ -46,9 +46,7 @@ MIN_RECALL_PER_BENCHMARK = 0.95  # and for every benchmark: short items (COPA, O
 @pytest.fixture(scope="module")
 def shared() -> Path:
     if not (EVAL.is_dir() and TEXT.is_dir()):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"../shared/data (eval and text) not found at {SHARED}")
-        pytest.skip(f"../shared/data not found at {SHARED}")
+        missing_shared_data(f"eval and text under {SHARED}")
     return SHARED
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from tokenmill.decontam.stage import CONTAMINATION, DecontamProcessor
 from tokenmill.evaluate import BenchmarkError, dirty_items, heldout_documents, load_benchmark, run_evaluation
 from tokenmill.export import export_run
 from train_helpers import PROJECT_ROOT, build_corpus, shared_text, tiny_run
+from conftest import missing_shared_data  # skips, or fails under CI=true
 
 SEQ = 128
 LIMIT = 12
@@ -30,9 +30,7 @@ LIMIT = 12
 def shared_eval() -> Path:
     path = PROJECT_ROOT / ".." / "shared" / "data" / "eval"
     if not path.is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"shared data not found at {path} (CI=true: evaluation tests need it)")
-        pytest.skip(f"shared data not found at {path}")
+        missing_shared_data(str(path))
     return path.resolve()
 
 

@@ -12,7 +12,6 @@ Gutenberg paragraphs for estimates.
 from __future__ import annotations
 
 import gzip
-import os
 import re
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 
 from tokenmill.dedup import minhash
+from conftest import missing_shared_data  # skips, or fails under CI=true
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 UDHR = SHARED / "text" / "multilingual" / "udhr2"
@@ -29,9 +29,7 @@ UDHR = SHARED / "text" / "multilingual" / "udhr2"
 def udhr() -> dict[str, str]:
     files = sorted(UDHR.glob("*.txt"))
     if not files:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no UDHR texts under {UDHR}")
-        pytest.skip(f"no UDHR texts under {UDHR}")
+        missing_shared_data(f"UDHR texts under {UDHR}")
     return {f.stem: f.read_text(encoding="utf-8", errors="replace") for f in files}
 
 
@@ -102,9 +100,7 @@ def test_estimates_track_true_jaccard_on_real_paragraphs():
     error of 128 permutations (sd <= 0.045)."""
     books = sorted((SHARED / "text" / "gutenberg" / "en").glob("*.txt.gz"))[:3]
     if not books:
-        if os.environ.get("CI") == "true":
-            pytest.fail("no Gutenberg books under ../shared/data")
-        pytest.skip("no Gutenberg books")
+        missing_shared_data("Gutenberg books under ../shared/data/text/gutenberg/en")
     paras = []
     for path in books:
         text = gzip.decompress(path.read_bytes()).decode("utf-8", "replace")

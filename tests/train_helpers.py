@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pytest
+from conftest import missing_shared_data  # skips, or fails under CI=true
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TEXT = PROJECT_ROOT / ".." / "shared" / "data" / "text"
@@ -28,9 +28,7 @@ VOCAB = 512
 def shared_text() -> Path:
     """../shared/data/text; under CI=true a missing data set fails the test instead of skipping it."""
     if not SHARED_TEXT.is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"shared data not found at {SHARED_TEXT} (CI=true: training tests need it)")
-        pytest.skip(f"shared data not found at {SHARED_TEXT}")
+        missing_shared_data(str(SHARED_TEXT))
     return SHARED_TEXT.resolve()
 
 
