@@ -33,19 +33,10 @@ READERS = {
 }
 
 
-def _static_dir(pattern: str) -> str:
-    """The part of a glob before its first wildcard (the directory DVC must hash)."""
-    parts = Path(pattern).parts
-    static = []
-    for part in parts:
-        if glob.has_magic(part):
-            break
-        static.append(part)
-    return str(Path(*static)) if static else "."
-
-
 def _covered(pattern: str, deps: list[str], root: Path) -> bool:
-    target = (root / _static_dir(os.path.expanduser(pattern))).resolve()
+    from tokenmill.ingest import static_dir
+
+    target = static_dir(pattern, root)
     return any(target == (d := (root / dep).resolve()) or target.is_relative_to(d) for dep in deps)
 
 

@@ -77,13 +77,14 @@ class Source:
         if not matched:
             return []
         files = sorted(matched)
-        root = Path(self.root).resolve() if self.root else Path(os.path.commonpath([_static_dir(p) for p in self.paths]))
+        root = Path(self.root).resolve() if self.root else Path(os.path.commonpath([static_dir(p) for p in self.paths]))
         return [(p, os.path.relpath(p, root)) for p in files]
 
 
-def _static_dir(pattern: str) -> Path:
-    """The directory part of a glob before its first wildcard: names stay put when new files match."""
-    parts = Path(os.path.expanduser(pattern)).parts
+def static_dir(pattern: str, root: str | Path = ".") -> Path:
+    """The directory part of a glob before its first wildcard, resolved against root: names stay put when new
+    files match, and the check stage tests it against the reading stage's DVC deps."""
+    parts = (Path(root) / os.path.expanduser(pattern)).parts
     static = []
     for part in parts:
         if glob.has_magic(part):
