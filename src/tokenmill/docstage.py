@@ -2,22 +2,33 @@
 
 A stage supplies a processor: a class built once per worker from the stage's params, called on each
 document, returning an Outcome (or, with a `batch` method, given all of a shard's documents and yielding
-their Outcomes in order). This module does the rest the same way for every such stage: the executor,
-one decision row per input document (contract 3), kept and modified documents written with their doc_id
-unchanged (contract 2), counts and the manifest (contracts 4-6).
+their Outcomes in order; or, with a `texts` method, given only their texts — a processor that decides from
+the text alone and never modifies it, so no document becomes a Python dict). This module does the rest the
+same way for every such stage: the executor, one decision row per input document (contract 3), kept and
+modified documents written with their doc_id unchanged (contract 2), counts and the manifest (contracts 4-6).
+
+Measured on the decontaminate stage (benchmarks/bench_decontam.py, 28 shards, 2,798 documents), where the
+loop was a third of the stage: pq.read_table and Table.from_pylist import pandas on first use (0.15-0.2
+CPU-s per process), so shards are read with ParquetFile.read and decisions built by tokenmill.columns;
+rewriting a shard that drops and changes nothing re-compresses identical text (0.1 CPU-s; 26 of the 28
+shards), so such a shard is the input file copied — byte-identical to the rewrite, since every shard is
+written by schema.write_parquet; kept rows otherwise are slices of the input table.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill import schema
+from tokenmill import columns, schema
 from tokenmill.execution import make_executor
 from tokenmill.runtime import StageRun, input_id
 
@@ -54,23 +65,52 @@ def _processor(spec: str, params: dict):
 
 def process_shard(task: ShardTask) -> dict:
     proc = _processor(task.processor, task.params)
-    table = pq.read_table(task.input_path)
-    kept, decisions = [], []
+    source = pq.ParquetFile(task.input_path)
+    table = source.read()
+    ids = table.column("doc_id").to_pylist()
+    docs = None
+    if hasattr(proc, "texts"):
+        outcomes = proc.texts(table.column("text").to_pylist())
+    else:
+        docs = table.to_pylist()
+        outcomes = proc.batch(docs) if hasattr(proc, "batch") else map(proc, docs)
+    keep, modified, decisions = [], {}, []
     counts: Counter[str] = Counter()
-    docs = table.to_pylist()
-    # A processor may decide a shard's documents together (`batch`: an iterator of outcomes in order).
-    outcomes = proc.batch(docs) if hasattr(proc, "batch") else map(proc, docs)
-    for doc, out in zip(docs, outcomes, strict=True):
-        decisions.append(schema.decision(doc["doc_id"], task.stage, out.action, out.reason, out.scores, out.details))
+    for i, (doc_id, out) in enumerate(zip(ids, outcomes, strict=True)):
+        decisions.append(schema.decision(doc_id, task.stage, out.action, out.reason, out.scores, out.details))
         counts[f"{out.action}:{out.reason}"] += 1
         if out.action == "modify":
-            doc = {**doc, "text": out.text}
-        if out.action != "drop":
-            kept.append(doc)
+            modified[i] = out.text
+        keep.append(out.action != "drop")
     name = Path(task.input_path).name
-    schema.write_parquet(kept, schema.DOCUMENT, Path(task.out_dir) / "documents" / name)
-    schema.write_parquet(decisions, schema.DECISION, Path(task.out_dir) / "decisions" / name)
+    _write_kept(task.input_path, source, table, docs, keep, modified, Path(task.out_dir) / "documents" / name)
+    schema.write_parquet(columns.table(decisions, schema.DECISION), schema.DECISION,
+                         Path(task.out_dir) / "decisions" / name)
     return {"counts": dict(counts)}
+
+
+def _write_kept(input_path: str, source: pq.ParquetFile, table: pa.Table, docs: list[dict] | None,
+                keep: list[bool], modified: dict[int, str], target: Path) -> None:
+    """The kept documents of a shard, modified texts replaced (see the module docstring for the measurements)."""
+    if modified:
+        rows = [{**docs[i], "text": modified[i]} if i in modified else docs[i] for i, k in enumerate(keep) if k]
+        schema.write_parquet(rows, schema.DOCUMENT, target)
+    elif all(keep) and source.schema_arrow.equals(schema.DOCUMENT):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        shutil.copyfile(input_path, tmp)
+        os.replace(tmp, target)  # atomic, as schema.write_parquet
+    else:
+        # Runs of kept rows as zero-copy slices, rather than Table.filter (it imports pyarrow.compute, 0.03 CPU-s)
+        runs, start = [], None
+        for i, k in enumerate([*keep, False]):
+            if k and start is None:
+                start = i
+            elif not k and start is not None:
+                runs.append(table.slice(start, i - start))
+                start = None
+        kept = pa.concat_tables(runs).combine_chunks() if runs else table.schema.empty_table()
+        schema.write_parquet(kept, schema.DOCUMENT, target)
 
 
 def map_document_shards(run: StageRun, input_stage: str, processor: str, params: Mapping,

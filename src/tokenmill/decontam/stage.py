@@ -10,10 +10,7 @@ Defaults and why are in conf/decontaminate/default.yaml.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -21,13 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill import schema
-from tokenmill.decontam import columns
+from tokenmill import columns, schema
 from tokenmill.decontam.ngrams import NgramIndex, _prepare, hash_texts
 from tokenmill.decontam.readers import benchmark_path, read_items
-from tokenmill.docstage import Outcome, ShardTask, _processor
-from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, input_id, merge_params, sha1_file, tree_digest
+from tokenmill.docstage import Outcome, map_document_shards
+from tokenmill.runtime import StageRun, merge_params, sha1_file, tree_digest
 
 STAGE = "decontaminate"
 DEFAULTS = {"ngram": 5, "min_item_words": 8, "threshold": 0.8, "min_matches": 32, "template_items": 10,
@@ -104,7 +99,7 @@ class DecontamProcessor:
         return self.texts(doc["text"] for doc in docs)
 
     def texts(self, texts: Iterable[str | None]) -> Iterator[Outcome]:
-        """Outcomes of documents given by their texts alone, in order (decontaminate_shard)."""
+        """Outcomes of documents given by their texts alone, in order (docstage's column path)."""
         chunk: list[str] = []
         size = 0
         for text in texts:
@@ -160,52 +155,6 @@ class DecontamProcessor:
                 yield Outcome("drop", "contaminated", scores, details)
 
 
-def decontaminate_shard(task: ShardTask) -> dict:
-    """docstage.process_shard's contract (a decision row per document, kept documents with their doc_id),
-    done from columns: only doc_id and text become Python objects, kept documents are slices of the input
-    table, and a shard whose documents are all kept is the input file copied. Measured on the 28 shards of
-    benchmarks/bench_decontam.py (2,798 documents; the processor's matching excluded), per stage run:
-    - pq.read_table imports pandas (through pyarrow.dataset) on its first call, 0.2 CPU-s per process;
-      pq.ParquetFile(...).read() reads the same table without it, and the decisions table is built by
-      columns.table, since Table.from_pylist imports pandas too;
-    - to_pylist of every column and rewriting every shard from Python rows took 0.13 CPU-s, most of it zstd
-      compressing text that did not change: 26 of the 28 shards drop nothing, and rewritten they were
-      byte-identical to their input (same rows, same schema, same writer: schema.write_parquet).
-    A shard is copied only when its schema is schema.DOCUMENT; otherwise it is rewritten as before."""
-    proc = _processor(task.processor, task.params)
-    source = pq.ParquetFile(task.input_path)
-    table = source.read()
-    ids = table.column("doc_id").to_pylist()
-    keep: list[bool] = []
-    decisions = []
-    counts: Counter[str] = Counter()
-    for doc_id, out in zip(ids, proc.texts(table.column("text").to_pylist()), strict=True):
-        decisions.append(schema.decision(doc_id, task.stage, out.action, out.reason, out.scores, out.details))
-        counts[f"{out.action}:{out.reason}"] += 1
-        keep.append(out.action != "drop")  # decontaminate never modifies text
-    name = Path(task.input_path).name
-    target = Path(task.out_dir) / "documents" / name
-    if all(keep) and source.schema_arrow.equals(schema.DOCUMENT):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
-        shutil.copyfile(task.input_path, tmp)
-        os.replace(tmp, target)  # atomic, as schema.write_parquet
-    else:
-        # Runs of kept rows as zero-copy slices, rather than Table.filter (it imports pyarrow.compute, 0.03 CPU-s)
-        runs, start = [], None
-        for i, k in enumerate([*keep, False]):
-            if k and start is None:
-                start = i
-            elif not k and start is not None:
-                runs.append(table.slice(start, i - start))
-                start = None
-        kept = pa.concat_tables(runs).combine_chunks() if runs else table.schema.empty_table()
-        schema.write_parquet(kept, schema.DOCUMENT, target)
-    schema.write_parquet(columns.table(decisions, schema.DECISION), schema.DECISION,
-                         Path(task.out_dir) / "decisions" / name)
-    return {"counts": dict(counts)}
-
-
 def write_contamination(stage_out_dir: str | Path) -> dict:
     """Read stage_out_dir/decisions/*.parquet; write stage_out_dir/contamination/contamination.parquet: one row
     per overlap in the decisions' details, sorted by doc_id, benchmark and item_id.
@@ -254,14 +203,7 @@ def run_decontaminate(params: Mapping[str, Any], execution_cfg: Mapping | None, 
     digests = benchmark_digests(p)  # also fails here, in one line, on a missing benchmark (not in every worker)
     with StageRun(STAGE, Path(data_root) / STAGE, p, input_stage=input_stage) as run:
         run.input_hashes.update(digests)  # a changed benchmark file is a new run
-        # docstage.map_document_shards with this stage's own shard function (decontaminate_shard: why there).
-        processor = "tokenmill.decontam:DecontamProcessor"
-        shards = sorted((Path(data_root) / input_stage / "documents").glob("*.parquet"))
-        run.input_hashes[input_stage] = input_id(Path(data_root) / input_stage)
-        tasks = [ShardTask(STAGE, processor, dict(p), str(f), str(run.tmp)) for f in shards]
-        with make_executor(execution_cfg) as ex:
-            for result in ex.map(decontaminate_shard, tasks, desc=run.stage):
-                run.add_counts(result["counts"])
+        map_document_shards(run, input_stage, "tokenmill.decontam:DecontamProcessor", p, execution_cfg, data_root)
         stats = write_contamination(run.tmp)  # inside the run: the table lands before the rename
         run.metrics["contamination"] = stats
         run.extra["contamination"] = stats
