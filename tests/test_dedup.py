@@ -360,3 +360,15 @@ def test_unknown_params_are_rejected():
         resolve_params({"near": {"treshold": 0.7}})
     with pytest.raises(ValueError):
         resolve_params({"fuzzy": {}})
+
+
+def test_clustering_reports_its_phases(tmp_path, monkeypatch, capsys):
+    """Dedup's global clustering is not a map over shards (no per-shard bar): it says which phase it is in."""
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    build_corpus(data)
+    monkeypatch.setenv("TOKENMILL_PROGRESS", "1")
+    run_dedup({}, {"backend": "local", "workers": 1}, data_root=data, input_stage="pii")
+    phases = [line.split(":")[2].strip().split(" ")[0] for line in capsys.readouterr().err.splitlines()
+              if line.startswith("dedup: near duplicates:")]
+    assert phases == ["candidate_pairs", "verify", "components", "representatives"], phases

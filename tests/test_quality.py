@@ -168,9 +168,9 @@ def test_degenerate_scores_can_skip_the_cut_with_the_reason(degenerate_crawl, tm
     assert manifest["cut_skipped"].startswith("degenerate_scores")
 
 
-def test_every_document_is_predicted_once(tmp_path, text, monkeypatch):
+def test_every_document_is_predicted_once(tmp_path, text, monkeypatch, capsys):
     """The real predictor, counted: training examples once (the held-out check), then every document
-    once (the scoring pass); the decisions reuse those scores."""
+    once (the scoring pass); the decisions reuse those scores. Training (no per-shard bar) says where it is."""
     predicted = []
     real = quality.hq_probability
 
@@ -181,10 +181,14 @@ def test_every_document_is_predicted_once(tmp_path, text, monkeypatch):
     monkeypatch.setattr(quality, "hq_probability", counting)
     wiki, forum, books = _wiki(text)[:400], _webtext(text, "firefox.txt")[:200], _books(text, 4)[:150]
     params = {**PARAMS, "model": {**PARAMS["model"], "epoch": 10}, "on_degenerate": "skip_cut"}
+    monkeypatch.setenv("TOKENMILL_PROGRESS", "1")
     manifest, rows = _stage(tmp_path, wiki, forum + books, params)
     examples = manifest["training"]["positives"] + manifest["training"]["negatives"]
     assert len(predicted) == examples + len(rows)
     assert manifest["counts"]["in"] == len(rows)
+    phases = [line.split(" (")[0] for line in capsys.readouterr().err.splitlines() if line.startswith("quality: ")]
+    assert phases[:3] == ["quality: training fold model 1/2", "quality: training fold model 2/2",
+                          "quality: scoring the training examples out of fold"], phases
 
 
 def test_training_is_deterministic(ranked, tmp_path):
