@@ -443,3 +443,17 @@ def test_real_crawl_preset_runs_as_shipped(demo):
     # of failing the crawl's lineage on them (and `dvc repro` would retrain them).
     verify = _run(["tokenmill", "audit", "verify"], repo).stdout
     assert "conservation holds" in verify and "trained on an earlier plan" in verify and "pretrain" in verify
+
+
+def test_a_clone_never_built_checks_out_without_warnings(tmp_path):
+    """dvc.lock is committed (the hashes of the last `make demo`), so every stage output has hash info and
+    DVC's checkout before a first `dvc exp run`, in a clone where nothing was ever built, has nothing to say:
+    the cache is empty and the outputs are simply built. Without the lock it warns "No file hash info found
+    for '<out>'. It won't be created." once per output (dvc_data; treeverse/dvc#11005). A stage added to
+    dvc.yaml without rebuilding and committing the lock fails here."""
+    for name in ("dvc.yaml", "dvc.lock", "params.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    _run(["git", "init", "-q"], tmp_path)
+    _run(["dvc", "init", "-q"], tmp_path)
+    proc = _run(["dvc", "checkout", "--allow-missing"], tmp_path)  # what `dvc exp run` does before it runs
+    assert proc.stdout + proc.stderr == "", proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""What a stage really touches, recorded for the dependency test (tests/test_dependencies.py).
+"""What a stage really touches, recorded for the dependency test (tests/test_pipeline_e2e.py::test_every_stage_declares_what_it_touches).
 
 With TOKENMILL_TRACE_DIR set, every process that imports tokenmill — the stage and its pool workers, which
 inherit the variable — appends to <dir>/<pid>.jsonl one line per distinct event: the tokenmill modules it
