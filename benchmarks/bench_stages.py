@@ -17,7 +17,8 @@ directory, so every subprocess runs there):
    lists the workload's licences; quality.positives.sources = [wikitext, gutenberg] (negatives: the web
    bucket); decontaminate.benchmarks = GSM8K test, MMLU test and the HellaSwag validation subset.
 3. datatrove (a separate interpreter, --datatrove-python, that has datatrove installed; tokenmill's
-   virtualenv never imports it) on the same documents, exported to JSONL: URLFilter, LanguageFilter
+   virtualenv never imports it; default /tmp/dtvenv: `python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install
+   datatrove fasttext-numpy2-wheel tldextract pyahocorasick fasteners orjson regex`) on the same documents, exported to JSONL: URLFilter, LanguageFilter
    (lid.176, the fastText model file tokenmill itself loads), GopherRepetitionFilter, GopherQualityFilter,
    C4QualityFilter, FineWebQualityFilter in one LocalPipelineExecutor run (1 task, 1 worker), with
    tokenmill's thresholds where a parameter maps; and PIIFormatter on the pii stage's input.
@@ -558,7 +559,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="first wait up to SECONDS for the 1-minute load average to fall below 0.5")
     p.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default ../shared/data)")
     p.add_argument("--datatrove-python", default=DEFAULT_DT_PYTHON,
-                   help="an interpreter with datatrove (and fasttext, tldextract, pyahocorasick, fasteners) "
+                   help="an interpreter with datatrove (and fasttext, tldextract, pyahocorasick, fasteners, orjson) "
                         "installed; 'none' skips the comparison")
     p.add_argument("--out", type=Path, help="also write the section into this Markdown file (e.g. benchmarks/RESULTS.md)")
     p.add_argument("--keep", action="store_true", help="keep the temporary working directory")
