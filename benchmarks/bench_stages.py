@@ -18,8 +18,9 @@ directory, so every subprocess runs there):
    bucket); decontaminate.benchmarks = GSM8K test, MMLU test and the HellaSwag validation subset.
 3. datatrove (a separate interpreter, --datatrove-python, that has datatrove installed; tokenmill's
    virtualenv never imports it; default /tmp/dtvenv: `python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install
-   datatrove fasttext-numpy2-wheel tldextract pyahocorasick fasteners orjson regex`) on the same documents, exported to JSONL: URLFilter, LanguageFilter
-   (lid.176, the fastText model file tokenmill itself loads), GopherRepetitionFilter, GopherQualityFilter,
+   datatrove fasttext-numpy2-wheel tldextract pyahocorasick fasteners orjson regex`) on the same documents,
+   exported to JSONL: URLFilter, LanguageFilter (lid.176, the fastText model file tokenmill itself loads),
+   GopherRepetitionFilter, GopherQualityFilter,
    C4QualityFilter, FineWebQualityFilter in one LocalPipelineExecutor run (1 task, 1 worker), with
    tokenmill's thresholds where a parameter maps; and PIIFormatter on the pii stage's input.
 4. The same filters and PII code in memory, without reading or writing (documents already loaded), so the
