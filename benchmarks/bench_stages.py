@@ -20,9 +20,9 @@ directory, so every subprocess runs there):
    virtualenv never imports it; default /tmp/dtvenv: `python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install
    datatrove fasttext-numpy2-wheel tldextract pyahocorasick fasteners orjson regex`) on the same documents,
    exported to JSONL: URLFilter, LanguageFilter (lid.176, the fastText model file tokenmill itself loads),
-   GopherRepetitionFilter, GopherQualityFilter,
-   C4QualityFilter, FineWebQualityFilter in one LocalPipelineExecutor run (1 task, 1 worker), with
-   tokenmill's thresholds where a parameter maps; and PIIFormatter on the pii stage's input.
+   GopherRepetitionFilter, GopherQualityFilter, C4QualityFilter, FineWebQualityFilter in one
+   LocalPipelineExecutor run (1 task, 1 worker), with tokenmill's thresholds where a parameter maps; and
+   PIIFormatter on the pii stage's input.
 4. The same filters and PII code in memory, without reading or writing (documents already loaded), so the
    per-document cost can be compared apart from Parquet vs JSONL I/O. datatrove's filters run twice: stopping
    at the first failing filter (as its pipeline does) and running every filter on every document (as
