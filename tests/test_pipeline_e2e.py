@@ -70,9 +70,11 @@ def _fresh_clone(root: Path) -> Path:
     repo = root / "repo"
     copy_project(repo)
     (repo / "conf" / "scouts" / "test.yaml").write_text(TEST_SCOUTS)
-    config = (repo / "conf" / "config.yaml").read_text()
-    assert "  - scouts: cpu_demo" in config
-    (repo / "conf" / "config.yaml").write_text(config.replace("  - scouts: cpu_demo", "  - scouts: test") + TEST_SIZE)
+    scale = (repo / "conf" / "scale" / "cpu_demo.yaml").read_text()  # the scale picks its ladder
+    assert "  - /scouts: cpu_demo\n" in scale
+    (repo / "conf" / "scale" / "cpu_demo.yaml").write_text(scale.replace("/scouts: cpu_demo", "/scouts: test"))
+    with open(repo / "conf" / "config.yaml", "a") as f:
+        f.write(TEST_SIZE)
     _run(["git", "init", "-q"], repo)
     _run(["dvc", "init", "-q"], repo)
     _run(["dvc", "config", "hydra.enabled", "True"], repo)

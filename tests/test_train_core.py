@@ -87,31 +87,89 @@ def test_config_errors_name_the_key():
         parse_model({**HAND_MODEL, "n_kv_heads": 3})
 
 
-def test_presets_parse():
-    """Every conf/model and conf/scale preset is a valid configuration (the scale sets train keys)."""
+CONF = Path(__file__).resolve().parents[1] / "conf"
+SCALES = sorted(p.stem for p in (CONF / "scale").glob("*.yaml"))
+
+
+def _composed(tmp_path: Path, *overrides: str) -> dict:
+    """params.yaml as `dvc exp run -S <override> ...` composes it from conf/ (Hydra)."""
     import yaml
 
-    from tokenmill.train.config import parse_train
+    from tokenmill.config import compose
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    train_default = yaml.safe_load((conf / "train" / "default.yaml").read_text())
-    for path in sorted((conf / "model").glob("*.yaml")):
+    out = tmp_path / "params.yaml"
+    compose(list(overrides), conf_dir=CONF, output=out)
+    return yaml.safe_load(out.read_text())
+
+
+def test_model_presets_parse():
+    import yaml
+
+    for path in sorted((CONF / "model").glob("*.yaml")):
         parse_model(yaml.safe_load(path.read_text()))
-    for path in sorted((conf / "scale").glob("*.yaml")):
-        scale = yaml.safe_load(path.read_text())
-        merged = json.loads(json.dumps(train_default))
-        for key, value in scale["train"].items():
-            merged[key] = {**merged[key], **value} if isinstance(value, dict) else value
-        model_name = scale["defaults"][0]["/model"]
-        run = parse_run({"model": yaml.safe_load((conf / "model" / f"{model_name}.yaml").read_text()),
-                         "train": merged})
-        assert parse_train(merged).launch.nnodes >= 1 and run.train.tokens_per_step > 0, path.name
-    for path in sorted((conf / "scouts").glob("*.yaml")):  # {name: {model, token_budget}}
-        budgets = []
-        for name, scout in yaml.safe_load(path.read_text()).items():
-            run = parse_run({"model": scout["model"], "train": {**train_default, "token_budget": scout["token_budget"]}})
-            budgets.append((model_size(run.model, 16384)["params"], run.train.token_budget))
-        assert budgets == sorted(budgets), path.name  # a ladder: larger models, more tokens
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_scale_presets_fit_their_launch_and_their_ladder_climbs(scale, tmp_path):
+    """Every conf/scale preset, composed as `-S scale=<name>` composes it, is a valid run whose mesh fills the
+    processes its launch starts, with a global batch that splits over the data-parallel ranks into whole
+    micro-batches; the scout ladder the scale selects grows in parameters and tokens, every rung a few
+    dozen optimizer steps at least (a rung below one step would give the forecast nothing)."""
+    from tokenmill.train.config import mesh_shape
+    from tokenmill.train.stage import scout_run_config
+
+    p = _composed(tmp_path, f"scale={scale}")
+    run = parse_run({"model": p["model"], "train": p["train"]})
+    world = run.train.launch.nnodes * run.train.launch.nproc_per_node
+    shape = mesh_shape(run.train, world)
+    assert shape.dp_size * shape.tp == world and shape.per_rank % shape.micro_batch == 0
+    rungs = []
+    for name, scout in p["scouts"].items():
+        rung = parse_run(scout_run_config(scout, p["train"]))
+        params = model_size(rung.model, p["tokenizer"]["vocab_size"])["params"]
+        tokens = rung.train.token_budget or int(rung.train.tokens_per_param * params)
+        assert tokens // rung.train.tokens_per_step >= 20, (scale, name, tokens)
+        rungs.append((params, tokens))
+    assert rungs == sorted(rungs) and len(set(rungs)) == len(rungs), rungs
+
+
+def test_h100_presets_train_the_reference_shape(tmp_path):
+    """Issue 8's reference shape, whose MFU on one H100 is the target: 16 layers, d 2048, 32 heads, 8 KV heads,
+    FFN 5632, vocabulary 32768, sequence 4096. By hand: per layer q and o 2 x 2048^2, k and v 2 x 2048 x 512,
+    SwiGLU 3 x 2048 x 5632, two norms 2 x 2048 = 45,092,864; 16 layers 721,485,824; final norm 2,048;
+    embedding and untied output 2 x 32768 x 2048 = 134,217,728: 855,705,600. The h100 scouts train 20 tokens
+    per parameter: 58,729,984 / 125,849,856 / 247,499,776 parameters by the same sums."""
+    from tokenmill.train.stage import scout_run_config
+
+    for scale in ("h100_1x", "h100_8x", "h100_64x"):
+        p = _composed(tmp_path, f"scale={scale}")
+        m, vocab = p["model"], p["tokenizer"]["vocab_size"]
+        shape = (m["n_layers"], m["d_model"], m["n_heads"], m["n_kv_heads"], m["ffn_dim"], vocab, p["train"]["seq_len"])
+        assert shape == (16, 2048, 32, 8, 5632, 32768, 4096), scale
+        assert model_size(m, vocab)["params"] == 855_705_600
+        assert p["train"]["device"] == "cuda" and p["train"]["parallel"]["compile"] is True
+        scouts = [parse_run(scout_run_config(s, p["train"])) for s in p["scouts"].values()]
+        assert [model_size(r.model, vocab)["params"] for r in scouts] == [58_729_984, 125_849_856, 247_499_776]
+        assert all(r.train.token_budget is None and r.train.tokens_per_param == 20 for r in scouts)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.parallel.tp=4"], "train.parallel: dp_replicate 1 x dp_shard 4 x tp 4 does not fill 8 processes"),
+    (["train.global_batch=510"], "train.global_batch (510) must be divisible by the data-parallel size (4 = "),
+    (["train.micro_batch=12"], "train.micro_batch (12) must divide the sequences per data-parallel rank (128 = "),
+])
+def test_a_layout_that_misfits_its_launch_stops_the_stage_before_torchrun(overrides, message, tmp_path):
+    """One line naming the keys, raised before any process starts or any data is read (the data root here
+    does not even exist): on a cluster the misfit would otherwise surface after the allocation."""
+    from tokenmill.train.config import TrainConfigError
+    from tokenmill.train.stage import run_train_stage
+
+    p = _composed(tmp_path, "scale=h100_8x", *overrides)
+    with pytest.raises(TrainConfigError) as err:
+        run_train_stage("pretrain", {"model": p["model"], "train": p["train"]}, tmp_path / "no-data", "mixture",
+                        "tokenize", tmp_path / "out", tmp_path / "live", tmp_path / "m.json")
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------

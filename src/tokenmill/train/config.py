@@ -7,7 +7,7 @@ misspelt `-S train.optimizer.lr=...` can never leave the default silently in for
 
 from __future__ import annotations
 
-from typing import Literal, Mapping
+from typing import Literal, Mapping, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -173,6 +173,43 @@ class RunConfig(_Strict):
                 raise ValueError("model.tie_embeddings is not supported with train.parallel.tp > 1 "
                                  "(the embedding and the output layer are sharded on different dimensions)")
         return self
+
+
+class MeshShape(NamedTuple):
+    """How a world of processes splits into dp_replicate x dp_shard x tp, and each step's sequences over it."""
+
+    dp_replicate: int
+    dp_shard: int
+    tp: int
+    per_rank: int  # sequences of each global batch per data-parallel rank
+    micro_batch: int  # sequences per forward pass
+
+    @property
+    def dp_size(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+
+def mesh_shape(train: TrainConfig, world: int) -> MeshShape:
+    """The layout of `world` processes, or one line naming the keys that do not fit it.
+
+    The one statement of these rules: the training stage checks its launch (nnodes x nproc_per_node) with it
+    before torchrun starts any process, and every rank builds its DeviceMesh and batch slices from it.
+    """
+    par = train.parallel
+    shard = par.dp_shard if par.dp_shard != -1 else world // (par.dp_replicate * par.tp)
+    if shard < 1 or par.dp_replicate * shard * par.tp != world:
+        raise TrainConfigError(f"train.parallel: dp_replicate {par.dp_replicate} x dp_shard {par.dp_shard} x tp "
+                               f"{par.tp} does not fill {world} processes")
+    dp = par.dp_replicate * shard
+    if train.global_batch % dp:
+        raise TrainConfigError(f"train.global_batch ({train.global_batch}) must be divisible by the data-parallel "
+                               f"size ({dp} = dp_replicate {par.dp_replicate} x dp_shard {shard})")
+    per_rank = train.global_batch // dp
+    micro = train.micro_batch or per_rank
+    if per_rank % micro:
+        raise TrainConfigError(f"train.micro_batch ({micro}) must divide the sequences per data-parallel rank "
+                               f"({per_rank} = global_batch {train.global_batch} / {dp} ranks)")
+    return MeshShape(par.dp_replicate, shard, par.tp, per_rank, micro)
 
 
 def _validate(cls, data: Mapping, section: str):

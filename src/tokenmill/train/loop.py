@@ -38,7 +38,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill import schema
 from tokenmill.train.checkpoint import Checkpointer
-from tokenmill.train.config import RunConfig, model_size, parse_run
+from tokenmill.train.config import RunConfig, mesh_shape, model_size, parse_run
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
 from tokenmill.train.metrics import mfu, peak_flops
 from tokenmill.train.model import Transformer, lm_loss
@@ -130,13 +130,10 @@ class Trainer:
     def __init__(self, cfg: RunConfig, stream: PlanStream, device: torch.device):
         self.cfg, self.stream, self.device = cfg, stream, device
         t = cfg.train
-        self.layout: Layout = build_mesh(device.type, t.parallel)
+        shape = mesh_shape(t, dist.get_world_size())
+        self.layout: Layout = build_mesh(device.type, shape)
         self.loader = BatchLoader(stream, t.seq_len, t.global_batch, self.layout.dp_rank, self.layout.dp_size)
-        per_rank = t.global_batch // self.layout.dp_size
-        self.micro_batch = t.micro_batch or per_rank
-        if per_rank % self.micro_batch:
-            raise ValueError(f"train.micro_batch ({self.micro_batch}) must divide the sequences per data-parallel "
-                             f"rank ({per_rank} = global_batch {t.global_batch} / {self.layout.dp_size} ranks)")
+        self.micro_batch = shape.micro_batch
         torch.manual_seed(t.seed)
         model = Transformer(cfg.model, stream.vocab_size, t.seq_len, stream.eos_id)
         model.init_weights(t.seed)

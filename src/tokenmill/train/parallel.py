@@ -20,7 +20,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                SequenceParallel, parallelize_module)
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from tokenmill.train.config import ParallelConfig
+from tokenmill.train.config import MeshShape, ParallelConfig
 from tokenmill.train.model import Transformer
 
 
@@ -37,25 +37,21 @@ class Layout:
         return {"mesh": dict(zip(self.mesh.mesh_dim_names, self.mesh.shape)), "dp_size": self.dp_size, "tp": self.tp}
 
 
-def build_mesh(device_type: str, par: ParallelConfig, world_size: int | None = None) -> Layout:
-    """dp_replicate x dp_shard x tp over the process group; size-1 dimensions are left out except dp_shard."""
-    world = world_size or dist.get_world_size()
-    shard = par.dp_shard if par.dp_shard != -1 else world // (par.dp_replicate * par.tp)
-    if par.dp_replicate * shard * par.tp != world:
-        raise ValueError(f"train.parallel: dp_replicate {par.dp_replicate} x dp_shard {par.dp_shard} x tp {par.tp} "
-                         f"does not fill {world} processes")
-    dims = ([("dp_replicate", par.dp_replicate)] if par.dp_replicate > 1 else []) + [("dp_shard", shard)]
-    dims += [("tp", par.tp)] if par.tp > 1 else []
+def build_mesh(device_type: str, shape: MeshShape) -> Layout:
+    """dp_replicate x dp_shard x tp over the process group (tokenmill.train.config.mesh_shape checked that it
+    fills the world); size-1 dimensions are left out except dp_shard."""
+    dims = ([("dp_replicate", shape.dp_replicate)] if shape.dp_replicate > 1 else []) + [("dp_shard", shape.dp_shard)]
+    dims += [("tp", shape.tp)] if shape.tp > 1 else []
     mesh = init_device_mesh(device_type, tuple(s for _, s in dims), mesh_dim_names=tuple(n for n, _ in dims))
     if len(dims) == 1:
-        return Layout(mesh, mesh, None, mesh.get_local_rank(), shard, 1)
+        return Layout(mesh, mesh, None, mesh.get_local_rank(), shape.dp_shard, 1)
     dp_names = tuple(n for n, _ in dims if n != "tp")
     dp_mesh = mesh[dp_names] if len(dp_names) > 1 else mesh[dp_names[0]]
     dp_rank = mesh.get_local_rank("dp_shard")
-    if par.dp_replicate > 1:
-        dp_rank += mesh.get_local_rank("dp_replicate") * shard
-    tp_mesh = mesh["tp"] if par.tp > 1 else None
-    return Layout(mesh, dp_mesh, tp_mesh, dp_rank, par.dp_replicate * shard, par.tp)
+    if shape.dp_replicate > 1:
+        dp_rank += mesh.get_local_rank("dp_replicate") * shape.dp_shard
+    tp_mesh = mesh["tp"] if shape.tp > 1 else None
+    return Layout(mesh, dp_mesh, tp_mesh, dp_rank, shape.dp_size, shape.tp)
 
 
 def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:

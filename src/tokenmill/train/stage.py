@@ -35,7 +35,7 @@ from tokenmill.runtime import (
     sha1_file,
     write_json,
 )
-from tokenmill.train.config import TrainConfigError, parse_run
+from tokenmill.train.config import TrainConfigError, mesh_shape, parse_run
 
 # Files of a finished run that are a function of configuration and data alone (contract 5). Checkpoints
 # are not among them: they exist to resume, and DCP's metadata is not promised to be byte-stable.
@@ -48,12 +48,15 @@ class LaunchError(RuntimeError):
 
 
 def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
-    """A rung of the scout ladder ({model: {...}, token_budget: N}) with the full run's recipe (train)."""
+    """A rung of the scout ladder ({model: {...}, token_budget: N}) with the full run's recipe (train).
+
+    token_budget null trains it, like the full run, on train.tokens_per_param x its own parameters."""
     if not isinstance(scout, Mapping) or set(scout) != {"model", "token_budget"}:
         got = sorted(scout) if isinstance(scout, Mapping) else type(scout).__name__
         raise TrainConfigError(f"a scout needs exactly the keys model and token_budget, got {got}")
-    if not isinstance(scout["token_budget"], int) or isinstance(scout["token_budget"], bool):
-        raise TrainConfigError(f"scouts.*.token_budget: expected an integer, got {scout['token_budget']!r}")
+    budget = scout["token_budget"]
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)):
+        raise TrainConfigError(f"scouts.*.token_budget: expected an integer or null, got {budget!r}")
     return {"model": dict(scout["model"]), "train": {**dict(train_cfg), "token_budget": scout["token_budget"]}}
 
 
@@ -77,8 +80,8 @@ def torchrun_command(run_cfg: Mapping, config_file: Path, data_root: Path, out_d
                      plan_dir: Path, tokens_dir: Path) -> list[str]:
     """One node: `torchrun --standalone`. Several: every node runs this same command with
     TOKENMILL_RDZV_ENDPOINT=<head-host>:<port> set (docs/training.md shows the Slurm script)."""
-    launch = run_cfg["train"].get("launch") or {}
-    nnodes, nproc = int(launch.get("nnodes", 1)), int(launch.get("nproc_per_node", 1))
+    launch = parse_run(run_cfg).train.launch
+    nnodes, nproc = launch.nnodes, launch.nproc_per_node
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if nnodes == 1:
         cmd.append("--standalone")
@@ -102,7 +105,8 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     metrics_group nests the metrics (scouts: "scout"), so `dvc exp show` keeps the full run's top-level
     names (heldout_mean) to itself."""
     started = time.perf_counter()
-    parse_run(run_cfg)  # one line naming the key, before any process starts
+    train = parse_run(run_cfg).train  # one line naming the key, before any process starts ...
+    mesh_shape(train, train.launch.nnodes * train.launch.nproc_per_node)  # ... or the layout that misfits the launch
     data_root, out_dir, live_dir = Path(data_root), Path(out_dir), Path(live_dir)
     plan_dir, tokens_dir = data_root / plan_stage, data_root / token_stage
     inputs = {plan_stage: input_id(plan_dir), token_stage: input_id(tokens_dir)}
