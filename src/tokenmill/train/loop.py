@@ -38,7 +38,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill import schema
 from tokenmill.train.checkpoint import Checkpointer
-from tokenmill.train.config import RunConfig, mesh_shape, model_size, parse_run
+from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
 from tokenmill.train.metrics import mfu, peak_flops
 from tokenmill.train.model import Transformer, lm_loss
@@ -85,6 +85,10 @@ def _free_port() -> int:
 
 def init_distributed(device: str) -> tuple[torch.device, bool]:
     """(device, whether this call created the process group). torchrun: env://; otherwise one process."""
+    if device == "cuda" and not torch.cuda.is_available():
+        # One line, not torch's traceback from set_device: an h100 scale preset run on a machine without a GPU.
+        raise TrainConfigError("train.device is cuda (the h100 scale presets), but torch sees no CUDA device "
+                               f"here (torch {torch.__version__}): run on a GPU node, or use -S scale=cpu_demo")
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
