@@ -430,7 +430,10 @@ IBAN_LENGTHS = {
     "IR": 26,  # not in SWIFT's registry, but Iran's banks issue ISO 13616 IBANs (Central Bank of Iran, 2013)
 }
 # Case-insensitive: IBANs are printed in capitals, but typed in lower case in mails and forms as often.
-_IBAN_START = re.compile(r"[A-Za-z](?<![A-Za-z0-9][A-Za-z])[A-Za-z][0-9][0-9](?=[ ]?[A-Za-z0-9])")
+# The match is the two check digits; the country code is the two letters before them, which the lookbehinds
+# require (and no letter or digit before those). Anchoring on digits rather than letters lets the regex engine
+# skip prose to the next digit: 4.5x less time on 5.3 MB of news and Wikipedia, the same starts.
+_IBAN_CHECK_DIGITS = re.compile(r"[0-9](?<=[A-Za-z]{2}[0-9])(?<![A-Za-z0-9][A-Za-z]{2}[0-9])[0-9](?=[ ]?[A-Za-z0-9])")
 
 
 def iban_valid(iban: str) -> bool:
@@ -444,12 +447,13 @@ def iban_valid(iban: str) -> bool:
 
 def find_ibans(text: str) -> list[tuple[int, int]]:
     out = []
-    for m in _IBAN_START.finditer(text):
-        length = IBAN_LENGTHS.get(m.group()[:2].upper())
+    for m in _IBAN_CHECK_DIGITS.finditer(text):
+        start = m.start() - 2
+        length = IBAN_LENGTHS.get(text[start:start + 2].upper())
         if length is None:
             continue
         # Read exactly `length` characters, allowing single spaces between them (the printed form).
-        chars, pos = [], m.start()
+        chars, pos = [], start
         while len(chars) < length and pos < len(text):
             c = text[pos]
             if c.isascii() and c.isalnum():
@@ -460,7 +464,7 @@ def find_ibans(text: str) -> list[tuple[int, int]]:
             else:
                 break
         if len(chars) == length and not (pos < len(text) and text[pos].isalnum()) and iban_valid("".join(chars)):
-            out.append((m.start(), pos))
+            out.append((start, pos))
     return out
 
 
