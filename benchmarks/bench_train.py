@@ -1,7 +1,7 @@
 """Training throughput on CPU: tokens per second per core of the demo model (scale=cpu_demo).
 
 The cpu_demo recipe (conf/model/tiny.yaml, conf/train/default.yaml, conf/scale/cpu_demo.yaml) on real text
-(WikiText-2 and Tiny Shakespeare from ../shared/data, tokenized with a 16k BPE vocabulary like the demo's),
+(WikiText-2 and Tiny Shakespeare from ../shared/data, tokenized with a BPE vocabulary of the demo's size),
 run by tokenmill.train.loop.train: once in one process with one thread, once as the demo runs it (torchrun,
 2 ranks FSDP, one thread each). The first step (allocator warm-up) is left out of every figure.
 
@@ -28,18 +28,19 @@ from benchlib import machine, write_section  # noqa: E402
 from train_helpers import build_corpus, torchrun  # noqa: E402
 
 
-def demo_config(steps: int) -> dict:
-    conf = ROOT / "conf"
-    train = yaml.safe_load((conf / "train" / "default.yaml").read_text())
-    scale = yaml.safe_load((conf / "scale" / "cpu_demo.yaml").read_text())
-    for key, value in scale["train"].items():
-        train[key] = {**train[key], **value} if isinstance(value, dict) else value
-    model = yaml.safe_load((conf / "model" / f"{scale['defaults'][0]['/model']}.yaml").read_text())
+def demo_config(steps: int, tmp: Path) -> tuple[dict, int]:
+    """The model and train sections `scale=cpu_demo` composes (Hydra, as `make demo` does), for `steps`
+    steps, one checkpoint at the end and no held-out evaluation; and the demo's vocabulary size."""
+    from tokenmill.config import compose
+
+    compose(["scale=cpu_demo"], conf_dir=ROOT / "conf", output=tmp / "params.yaml")
+    params = yaml.safe_load((tmp / "params.yaml").read_text())
+    train = params["train"]
     train.update(device="cpu", max_steps=steps, token_budget=None, tokens_per_param=1000)
     train["checkpoint"] = {**train["checkpoint"], "interval": 10**6}  # one checkpoint, at the end
     train["logging"] = {**train["logging"], "eval_sequences": 0, "eval_interval": 10**6}
     train["launch"] = {**train["launch"], "nproc_per_node": 1}
-    return {"model": model, "train": train}
+    return {"model": params["model"], "train": train}, params["tokenizer"]["vocab_size"]
 
 
 def main() -> None:
@@ -49,9 +50,9 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         tmp = Path(tmp)
-        corpus = build_corpus(tmp / "corpus", token_budget=1_500_000, vocab_size=16384)
+        cfg, demo_vocab = demo_config(args.steps, tmp)
+        corpus = build_corpus(tmp / "corpus", token_budget=1_500_000, vocab_size=demo_vocab)
         vocab = json.loads((corpus / "tokenize" / "manifest.json").read_text())["vocab_size"]
-        cfg = demo_config(args.steps)
         (tmp / "cfg.json").write_text(json.dumps(cfg))
         results = {}
         for name, nproc in (("1 process, 1 thread", 1), ("torchrun 2 ranks FSDP, 1 thread each", 2)):
