@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Mapping
 from weakref import WeakKeyDictionary
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -82,6 +81,8 @@ def tier_cutoffs(quantiles: Mapping[str, Mapping[str, float]], documents: Path, 
         return {}
     if not list(quality.glob("*.parquet")):
         raise FileNotFoundError(f"tokenize.quality_tiers needs the quality stage's decisions in {quality}")
+    import duckdb  # here, not at the top: training nodes import this module for INDEX and need no DuckDB
+
     con = duckdb.connect()
     out = {}
     for bucket, tiers in quantiles.items():
