@@ -2,26 +2,8 @@
 
 import sys
 
-from tokenmill.runtime import ParamError, StageRun, load_params, merge_params, script
-from tokenmill.sample import build_reference, build_sample
-
-# The parameters and their defaults: the `sample:` of conf/source/sample.yaml, the default source preset
-# (tests/test_config.py keeps the two equal); conf/source/crawl.yaml sets every key for a real crawl.
-DEFAULTS = {"enabled": True, "n_docs": 12000, "seed": 1234, "eval_items": 200, "planted_eval_items": 24}
-
-
-def resolve_params(params):
-    """params over DEFAULTS: an unknown key, a wrong type or a negative count is a ParamError naming the
-    full dotted key."""
-    p = merge_params("sample", DEFAULTS, params)
-    for key in ("n_docs", "eval_items", "planted_eval_items"):
-        if p[key] < 0:
-            raise ParamError(f"sample.{key}: expected a count (0 or more), got {p[key]!r}")
-    # Only the embedded crawl plants items; a real crawl's run (enabled: false) ignores the count.
-    if p["enabled"] and p["planted_eval_items"] > p["eval_items"]:
-        raise ParamError(f"sample.planted_eval_items: expected at most sample.eval_items ({p['eval_items']}), "
-                         f"got {p['planted_eval_items']!r}: planted items are some of the eval items")
-    return p
+from tokenmill.runtime import StageRun, load_params, script
+from tokenmill.sample import build_reference, build_sample, resolve_params
 
 
 def main() -> None:

@@ -3,7 +3,6 @@ And the sections' schemas: what conf/ ships validates, and an unknown key or a w
 naming the full dotted key."""
 
 import copy
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tokenmill import lineage, mixture, quality, tokenize
+from tokenmill import lineage, mixture, quality, sample, tokenize
 from tokenmill.config import compose
 from tokenmill.ingest import Source, load_sources
 from tokenmill.runtime import ParamError
@@ -58,17 +57,9 @@ def test_tokenizer_sample_weights_are_the_default_mixtures_bulk_phase(tmp_path):
 # through merge_params); a typo or a wrong type stops its stage before any work, naming the full dotted key.
 
 
-def _sample_stage():
-    """stages/sample.py, which holds the sample section's schema (the stage has no module of its own)."""
-    spec = importlib.util.spec_from_file_location("sample_stage", ROOT / "stages" / "sample.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 RESOLVE = {"quality": quality.resolve_params, "mixture": mixture.resolve_params,
            "tokenize": tokenize.resolve_params, "lineage": lineage.resolve_params,
-           "sample": lambda p: _sample_stage().resolve_params(p)}
+           "sample": sample.resolve_params}
 
 
 def _conf(*parts: str) -> dict:
@@ -79,7 +70,7 @@ def test_code_defaults_are_the_shipped_conf():
     """Each default is stated once: the code's DEFAULTS are the shipped conf's values, where the reasons are."""
     assert quality.DEFAULTS == _conf("quality", "default.yaml")
     assert tokenize.DEFAULTS == _conf("tokenize", "default.yaml")
-    assert _sample_stage().DEFAULTS == _conf("source", "sample.yaml")["sample"]  # the default source preset
+    assert sample.DEFAULTS == _conf("source", "sample.yaml")["sample"]  # the default source preset
     assert lineage.DEFAULTS == _conf("config.yaml")["lineage"]
     # A mixture's name and phases have no default (every preset states them); the rest are the default preset's.
     shipped = _conf("mixture", "default.yaml")
