@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 
 import duckdb
@@ -172,18 +173,22 @@ def test_a_layout_that_misfits_its_launch_stops_the_stage_before_torchrun(overri
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a GPU runs the cuda presets")
-def test_a_cuda_preset_on_a_machine_without_a_gpu_is_one_line(tmp_path, capsys):
+def test_a_cuda_preset_on_a_machine_without_a_gpu_is_one_line(tmp_path):
     """`-S scale=h100_1x` on a laptop: the rank says so in one line (which the stage's LaunchError repeats),
-    not with torch's traceback from torch.cuda.set_device."""
-    from tokenmill.train.__main__ import main
+    not with torch's traceback from torch.cuda.set_device. CUDA_VISIBLE_DEVICES="" hides any GPU, so this
+    runs on every machine."""
+    import subprocess
+    import sys
 
     p = _composed(tmp_path, "scale=h100_1x")
     config = tmp_path / "run.json"
     config.write_text(json.dumps({"model": p["model"], "train": p["train"]}))
-    assert main(["--config", str(config), "--data-root", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("train: train.device is cuda") and "scale=cpu_demo" in err and err.count("\n") == 1, err
+    proc = subprocess.run([sys.executable, "-m", "tokenmill.train", "--config", str(config), "--data-root",
+                           str(tmp_path), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("train: train.device is cuda") and "scale=cpu_demo" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------

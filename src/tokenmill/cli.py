@@ -105,7 +105,8 @@ def audit_stage(con, stage: str) -> int:
 
 
 def audit_verify(con, data_root: Path) -> int:
-    problems = lineage.verify(con) + lineage.verify_training(con, data_root)
+    stale = lineage.stale_runs(data_root)
+    problems = lineage.verify(con) + lineage.verify_training(con, data_root, stale=stale)
     stages = [r[0] for r in con.execute("SELECT stage FROM stages ORDER BY stage_order NULLS LAST").fetchall()]
     if problems:
         for p in problems:
@@ -113,7 +114,6 @@ def audit_verify(con, data_root: Path) -> int:
         print(f"conservation FAILED: {len(problems)} problem(s)", file=sys.stderr)
         return 1
     print(f"conservation holds for every stage: {', '.join(stages)}")
-    stale = lineage.stale_runs(data_root)
     runs = [r for r in lineage.training_runs(con) if r not in stale]
     if runs:
         print(f"training runs fed exactly the plan's tokens (steps checked by hash): {', '.join(runs)}")

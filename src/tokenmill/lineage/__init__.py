@@ -387,14 +387,16 @@ def stale_runs(data_root: str | Path) -> list[str]:
     return stale
 
 
-def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, samples: int = 3) -> list[str]:
+def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, samples: int = 3,
+                    stale: list[str] | None = None) -> list[str]:
     """Every training run's steps are 0..N-1, each once, and what it recorded as fed equals the plan: the
     token hash of its first, middle and last step (and `samples` in all) is recomputed from the shards.
-    Runs that trained on another plan (stale_runs) are not this plan's and are left out."""
+    Runs that trained on another plan (`stale`, default stale_runs(data_root)) are not this plan's and are left
+    out."""
     from tokenmill.train.data import tokens_hash
 
     problems = []
-    stale = set(stale_runs(data_root))
+    stale = set(stale_runs(data_root) if stale is None else stale)
     for run in (r for r in training_runs(con) if r not in stale):
         n, lo, hi, distinct = con.execute("SELECT count(*), min(step), max(step), count(DISTINCT step) "
                                           "FROM train_steps WHERE run = ?", [run]).fetchone()

@@ -35,7 +35,7 @@ from tokenmill.runtime import (
     sha1_file,
     write_json,
 )
-from tokenmill.train.config import TrainConfigError, mesh_shape, parse_run
+from tokenmill.train.config import LaunchConfig, TrainConfigError, mesh_shape, parse_run
 
 # Files of a finished run that are a function of configuration and data alone (contract 5). Checkpoints
 # are not among them: they exist to resume, and DCP's metadata is not promised to be byte-stable.
@@ -57,7 +57,7 @@ def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
     budget = scout["token_budget"]
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)):
         raise TrainConfigError(f"scouts.*.token_budget: expected an integer or null, got {budget!r}")
-    return {"model": dict(scout["model"]), "train": {**dict(train_cfg), "token_budget": scout["token_budget"]}}
+    return {"model": dict(scout["model"]), "train": {**dict(train_cfg), "token_budget": budget}}
 
 
 def run_key(run_cfg: Mapping, inputs: Mapping[str, str]) -> str:
@@ -76,11 +76,10 @@ def content_digest(out_dir: Path) -> str:
     return h.hexdigest()
 
 
-def torchrun_command(run_cfg: Mapping, config_file: Path, data_root: Path, out_dir: Path, live_dir: Path,
+def torchrun_command(launch: LaunchConfig, config_file: Path, data_root: Path, out_dir: Path, live_dir: Path,
                      plan_dir: Path, tokens_dir: Path) -> list[str]:
     """One node: `torchrun --standalone`. Several: every node runs this same command with
     TOKENMILL_RDZV_ENDPOINT=<head-host>:<port> set (docs/training.md shows the Slurm script)."""
-    launch = parse_run(run_cfg).train.launch
     nnodes, nproc = launch.nnodes, launch.nproc_per_node
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if nnodes == 1:
@@ -123,7 +122,7 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
 
     log = Path(runs_dir) / f"{stage}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = torchrun_command(run_cfg, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir)
+    cmd = torchrun_command(train.launch, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     end_with_launcher(stage)  # under dvc: this stage ends when dvc does ...
     with open(log, "w") as f:  # ... and torchrun with this stage
