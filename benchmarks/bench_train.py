@@ -18,29 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchlib import machine, write_section  # noqa: E402
+from benchlib import machine, timed_run, write_section  # noqa: E402
 from train_helpers import build_corpus, torchrun  # noqa: E402
-
-
-def demo_config(steps: int, tmp: Path) -> tuple[dict, int]:
-    """The model and train sections `scale=cpu_demo` composes (Hydra, as `make demo` does), for `steps`
-    steps, one checkpoint at the end and no held-out evaluation; and the demo's vocabulary size."""
-    from tokenmill.config import compose
-
-    compose(["scale=cpu_demo"], conf_dir=ROOT / "conf", output=tmp / "params.yaml")
-    params = yaml.safe_load((tmp / "params.yaml").read_text())
-    train = params["train"]
-    train.update(device="cpu", max_steps=steps, token_budget=None, tokens_per_param=1000)
-    train["checkpoint"] = {**train["checkpoint"], "interval": 10**6}  # one checkpoint, at the end
-    train["logging"] = {**train["logging"], "eval_sequences": 0, "eval_interval": 10**6}
-    train["launch"] = {**train["launch"], "nproc_per_node": 1}
-    return {"model": params["model"], "train": train}, params["tokenizer"]["vocab_size"]
 
 
 def main() -> None:
@@ -50,7 +34,8 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         tmp = Path(tmp)
-        cfg, demo_vocab = demo_config(args.steps, tmp)
+        cfg, demo_vocab = timed_run("cpu_demo", args.steps, tmp, checkpoint_interval=10**6)  # one, at the end
+        cfg["train"].update(device="cpu", launch={**cfg["train"]["launch"], "nproc_per_node": 1})
         corpus = build_corpus(tmp / "corpus", token_budget=1_500_000, vocab_size=demo_vocab)
         vocab = json.loads((corpus / "tokenize" / "manifest.json").read_text())["vocab_size"]
         (tmp / "cfg.json").write_text(json.dumps(cfg))

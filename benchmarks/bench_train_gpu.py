@@ -30,26 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchlib import machine, write_section  # noqa: E402
-
-
-def run_config(scale: str, steps: int, tmp: Path) -> tuple[dict, int]:
-    """The scale's model and train sections for `steps` steps, and its vocabulary size."""
-    from tokenmill.config import compose
-
-    compose([f"scale={scale}"], conf_dir=ROOT / "conf", output=tmp / "params.yaml")
-    params = yaml.safe_load((tmp / "params.yaml").read_text())
-    train = params["train"]
-    train.update(max_steps=steps, token_budget=None, tokens_per_param=10**6)  # the steps decide, not a budget
-    train["checkpoint"] = {**train["checkpoint"], "interval": max(1, steps // 2)}
-    train["logging"] = {**train["logging"], "eval_sequences": 0, "eval_interval": 10**9}
-    return {"model": params["model"], "train": train}, params["tokenizer"]["vocab_size"]
+from benchlib import machine, timed_run, write_section  # noqa: E402
 
 
 def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path:
@@ -115,7 +101,7 @@ def main() -> None:
             saved = json.loads(args.config.read_text())
             cfg, vocab, args.scale, args.steps = saved["run"], saved["vocab_size"], saved["scale"], saved["steps"]
         else:
-            cfg, vocab = run_config(args.scale, args.steps, tmp)
+            cfg, vocab = timed_run(args.scale, args.steps, tmp, checkpoint_interval=max(1, args.steps // 2))
         if args.save_config:
             args.save_config.write_text(json.dumps({"scale": args.scale, "steps": args.steps, "vocab_size": vocab,
                                                     "run": cfg}, indent=1))

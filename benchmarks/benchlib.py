@@ -1,4 +1,5 @@
-"""What every benchmark script shares: describing the machine and (re)writing its section of RESULTS.md."""
+"""What benchmark scripts share: describing the machine, (re)writing a section of RESULTS.md, and a scale
+preset composed into a timed training run."""
 
 from __future__ import annotations
 
@@ -33,3 +34,20 @@ def write_section(out: Path, title: str, text: str) -> None:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
     os.replace(tmp, out)
+
+
+def timed_run(scale: str, steps: int, tmp: Path, checkpoint_interval: int) -> tuple[dict, int]:
+    """The model and train sections `-S scale=<scale>` composes (Hydra, as `dvc exp run` does), capped at
+    `steps` steps with no held-out evaluation (the steps decide, not a token budget), and the scale's
+    vocabulary size. Composing needs DVC; a machine without it runs a run saved from here."""
+    import yaml
+
+    from tokenmill.config import compose
+
+    compose([f"scale={scale}"], conf_dir=Path(__file__).resolve().parents[1] / "conf", output=tmp / "params.yaml")
+    params = yaml.safe_load((tmp / "params.yaml").read_text())
+    train = params["train"]
+    train.update(max_steps=steps, token_budget=None, tokens_per_param=10**6)
+    train["checkpoint"] = {**train["checkpoint"], "interval": checkpoint_interval}
+    train["logging"] = {**train["logging"], "eval_sequences": 0, "eval_interval": 10**9}
+    return {"model": params["model"], "train": train}, params["tokenizer"]["vocab_size"]
