@@ -7,16 +7,21 @@ Usage (dvc.yaml): python stages/report.py <forecast stage> <evaluate stage>
 import sys
 
 from tokenmill.report import build_report
-from tokenmill.runtime import script, write_json
+from tokenmill.runtime import StageRun, input_id, script
 
 
 def main(forecast_stage: str, evaluate_stage: str) -> int:
-    built = build_report(".", "reports", forecast=f"data/{forecast_stage}/prediction.json",
-                         evaluation=f"data/{evaluate_stage}/results.json")
-    # The forecast's error once the full run has trained (the prediction itself is metrics/forecast.json).
-    comparison = built.get("forecast_comparison") or {}
-    write_json("metrics/report.json", {"forecast_error": {k: comparison[k] for k in (
-        "predicted_loss", "actual_loss", "error", "relative_error") if k in comparison}})
+    # A StageRun like every other stage: reports/ swapped in whole, its manifest, and a run record in runs/
+    # (so the audit's stage_runs has a row for the report too).
+    with StageRun("report", "reports", {}, libraries=("matplotlib",)) as run:
+        run.input_hashes.update({name: input_id(path) for name, path in (
+            ("lineage", "lineage"), (forecast_stage, f"data/{forecast_stage}"), (evaluate_stage, f"data/{evaluate_stage}"))})
+        built = build_report(".", run.tmp, forecast=f"data/{forecast_stage}/prediction.json",
+                             evaluation=f"data/{evaluate_stage}/results.json")
+        # The forecast's error once the full run has trained (the prediction itself is metrics/forecast.json).
+        comparison = built.get("forecast_comparison") or {}
+        run.metrics["forecast_error"] = {k: comparison[k] for k in (
+            "predicted_loss", "actual_loss", "error", "relative_error") if k in comparison}
     print(f"report: reports/index.html ({len(built.get('images', []))} plots)")
     if comparison:
         print(f"report: forecast {comparison['predicted_loss']:.3f}, actual {comparison['actual_loss']:.3f}")
