@@ -201,3 +201,25 @@ def test_a_stage_with_a_misspelt_key_stops_with_one_line(tmp_path, stage, args, 
     assert "Traceback" not in run.stderr
     assert run.stderr.count("\n") == 1 and run.stderr.startswith(f"{stage[:-3]}: {section}.{key}: unknown parameter")
     assert not (tmp_path / "data").exists()  # stopped before any work
+
+
+def test_tokenmill_is_a_regular_package():
+    """A namespace package (no __init__.py) merges the `src` of every checkout on the path into one package,
+    so a test could run another checkout's code (issue 11, item 4)."""
+    import tokenmill
+
+    assert tokenmill.__file__ == str(ROOT / "src" / "tokenmill" / "__init__.py")
+
+
+def test_make_params_composes_without_installing(tmp_path):
+    """`make params` with a virtualenv present recomposes params.yaml and installs nothing (issue 11, item 4)."""
+    import shutil
+
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    venv = Path(sys.executable).parents[1]
+    proc = subprocess.run(["make", "params", f"VENV={venv}"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "pip" not in proc.stdout + proc.stderr and not (tmp_path / ".venv").exists()
+    assert (tmp_path / "params.yaml").read_text() == (ROOT / "params.yaml").read_text()
+

@@ -110,7 +110,9 @@ def test_demo_dag(demo):
     assert "conservation holds" in verify.stdout
 
     truth = json.loads((repo / "data" / "sample" / "ground_truth.json").read_text())
-    con = lineage.connect(repo / "lineage" / lineage.DB_NAME)
+    con = lineage.connect(repo / "lineage" / lineage.DB_NAME, extra=lineage.audit_tables(repo))
+    # Every stage that ran left its run record: the audit's stage_runs has a row for each (issue 11, item 4).
+    assert {s for (s,) in con.execute("SELECT stage FROM stage_runs").fetchall()} == set(STAGES)
     # Every planted case is scored by the lineage stage (src/tokenmill/lineage/planted.py): none may be
     # handled wrongly, and for every kind most must have reached the stage meant to catch them (the rest were
     # removed by an earlier stage, so never reach training either).
