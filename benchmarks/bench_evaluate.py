@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=50, help="items per benchmark")
     ap.add_argument("--write", action="store_true", help="replace the Evaluation section of RESULTS.md")
     args = ap.parse_args()
-    from tokenmill.evaluate import run_evaluation
+    from tokenmill.evaluate.run import run_evaluation
     from tokenmill.export import export_run
 
     with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:

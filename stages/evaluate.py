@@ -1,43 +1,72 @@
 """DVC stage `evaluate`: lm-eval on the exported model, with scores on all and on clean items.
 
 Usage (dvc.yaml): python stages/evaluate.py <export stage> <plan stage> <documents stage>
-Held-out perplexity per mixture bucket on the plan's held-out documents (their text from the documents
+Held-out bits per byte per mixture bucket on the plan's held-out documents (their text from the documents
 stage); every benchmark of `decontaminate.benchmarks`, its dirty items taken from the documents stage's
-contamination table.
+contamination table. Then, over the ladder (the scouts and the full run, their in-loop scores and noise in
+data/train), signal, noise and their ratio per metric, and the decision metric they choose
+(tokenmill.evaluate.signal).
 """
 
 import sys
 
+from tokenmill.evaluate import resolve_params
+from tokenmill.evaluate.evalset import METRICS, macro_average
 from tokenmill.evaluate.run import heldout_documents, run_evaluation
-from tokenmill.runtime import StageRun, input_id, load_params, merge_params, script
-
-DEFAULTS = {"limit": None, "heldout_limit": None, "batch_size": 16, "device": "cpu", "dtype": "float32"}
+from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
+from tokenmill.runtime import StageRun, input_id, load_params, script
 
 
 def main(export_stage: str, plan_stage: str, documents_stage: str) -> int:
     p = load_params("evaluate", "decontaminate.benchmarks")
-    cfg = merge_params("evaluate", DEFAULTS, p["evaluate"], types={"limit": int, "heldout_limit": int})
+    cfg = resolve_params(p["evaluate"])
+    run_cfg = {k: v for k, v in cfg.items() if k != "inloop_items"}  # the evalset stage's (in-loop) key
     benchmarks = p["decontaminate"]["benchmarks"]
-    with StageRun("evaluate", "data/evaluate", {**cfg, "benchmarks": benchmarks},
+    with StageRun("evaluate", "data/evaluate", {**run_cfg, "benchmarks": benchmarks},
                   libraries=("lm-eval", "torch", "transformers")) as run:
         for stage in (export_stage, plan_stage, documents_stage):
             run.input_hashes[stage] = input_id(f"data/{stage}")
         heldout = heldout_documents(f"data/{plan_stage}/heldout.parquet", f"data/{documents_stage}/documents")
         out = run_evaluation(f"data/{export_stage}/hf", benchmarks, heldout,
-                             f"data/{documents_stage}/contamination", run.tmp, **cfg)
+                             f"data/{documents_stage}/contamination", run.tmp, **run_cfg)
         run.timing.update(out["timing"])
         run.metrics.update(summary_metrics(out["results"]))
-    print(f"evaluate: {run.metrics}")
+        rows = ladder_table(read_ladder("data/train"), CANDIDATES)
+        run.metrics["decision_metric"] = decision_metric(rows)
+        run.metrics["ladder"] = {r["metric"]: {k: None if r[k] is None else round(r[k], 6)
+                                               for k in ("signal", "noise", "snr")} for r in rows}
+    print(f"evaluate: {run.metrics.get('benchmarks_mean')}; decision metric {run.metrics['decision_metric']}")
     return 0
 
 
 def summary_metrics(results: dict) -> dict:
-    """What `dvc exp show` compares: bits per byte per held-out bucket; acc on all and on clean items."""
-    out = {"bits_per_byte": {b: r["bits_per_byte"] for b, r in sorted(results["heldout"]["buckets"].items())}}
+    """What `dvc exp show` compares, each figure beside its standard error: bits per byte per held-out
+    bucket; per benchmark acc, acc_norm, prob_norm and bpb on all and on clean items (evalset.py defines
+    them); their mean over the benchmarks."""
+    heldout = results["heldout"]["buckets"]
+    out: dict = {"bits_per_byte": {b: r["bits_per_byte"] for b, r in sorted(heldout.items())},
+                 "bits_per_byte_stderr": {b: r["bits_per_byte_stderr"] for b, r in sorted(heldout.items())}}
+    scored = {}
     for name, r in sorted(results["benchmarks"].items()):
-        if "metrics" in r:
-            acc = r["metrics"].get("acc_norm") or r["metrics"]["acc"]
-            out[name] = {"acc": acc["all"], "acc_clean": acc["clean"], "dirty_items": r["dirty_items"]}
+        if "metrics" not in r:
+            continue
+        scored[name] = r["metrics"]
+        entry: dict = {"dirty_items": r["dirty_items"], "items": r["items"]}
+        for m in METRICS:
+            if m in r["metrics"]:
+                s = r["metrics"][m]
+                entry.update({m: s["all"], f"{m}_stderr": s["all_stderr"], f"{m}_clean": s["clean"],
+                              f"{m}_clean_stderr": s["clean_stderr"]})
+        out[name] = entry
+    mean: dict = {}
+    for m in METRICS:
+        for column in ("all", "clean"):
+            avg = macro_average(scored, m, column)
+            if avg is not None:
+                suffix = "" if column == "all" else "_clean"
+                mean[f"{m}{suffix}"], mean[f"{m}{suffix}_stderr"] = round(avg[0], 6), round(avg[1], 6)
+    if mean:
+        out["benchmarks_mean"] = mean
     return out
 
 

@@ -1,31 +1,34 @@
 """DVC stages `scout@<name>` and `pretrain`: train a model on the mixture's plan, launched with torchrun.
 
-Usage (dvc.yaml): python stages/train.py <run> <plan stage> <token stage>
+Usage (dvc.yaml): python stages/train.py <run> <plan stage> <token stage> [<evalset stage>]
   run: `pretrain` (params model, train), or `scout/<name>`: one rung of the scout ladder (params
   scouts.<name>, train): its own model size and token budget, the same recipe, the same plan.
 The run resumes from its newest complete checkpoint when a crash interrupted it (the output is persistent).
+The evalset stage's benchmark requests are scored at every evaluation (tokenmill.evaluate.evalset).
 """
 
 import sys
 
 from tokenmill.runtime import load_params, script
 from tokenmill.train.config import TrainConfigError
-from tokenmill.train.stage import LaunchError, run_train_stage, scout_run_config
+from tokenmill.train.stage import LaunchError, run_train_stage, scout_run_config, seed_replicas
 
 
-def main(run: str, plan_stage: str, token_stage: str) -> int:
-    if run == "pretrain":
-        stage, p = "pretrain", load_params("model", "train")
-        cfg = {"model": p["model"], "train": p["train"]}
-    else:
-        name = run.removeprefix("scout/")
-        stage, p = f"scout@{name}", load_params(f"scouts.{name}", "train")
-        cfg = scout_run_config(p["scouts"][name], p["train"])
-    slug = stage.replace("@", "/")
+def main(run: str, plan_stage: str, token_stage: str, evalset_stage: str | None = None) -> int:
     try:
+        if run == "pretrain":
+            stage, p = "pretrain", load_params("model", "train")
+            cfg, replicas = {"model": p["model"], "train": p["train"]}, []
+        else:
+            name = run.removeprefix("scout/")
+            stage, p = f"scout@{name}", load_params(f"scouts.{name}", "train")
+            cfg = scout_run_config(p["scouts"][name], p["train"])
+            replicas = seed_replicas(p["scouts"][name], cfg)  # scouts.<name>.seeds - 1 more runs
+        slug = stage.replace("@", "/")
         s = run_train_stage(stage, cfg, "data", plan_stage, token_stage, out_dir=f"data/train/{slug}",
                             live_dir=f"dvclive/{slug}", metrics_path=f"metrics/train/{slug}.json",
-                            metrics_group=None if run == "pretrain" else "scout")
+                            metrics_group=None if run == "pretrain" else "scout", evalset_stage=evalset_stage,
+                            replicas=replicas)
     except (TrainConfigError, LaunchError) as exc:
         print(exc, file=sys.stderr)
         return 2

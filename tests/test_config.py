@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tokenmill import lineage, mixture, quality, sample, tokenize
+from tokenmill import benchmarks, evaluate, lineage, mixture, quality, sample, tokenize
 from tokenmill.config import compose
 from tokenmill.ingest import Source, load_sources
 from tokenmill.runtime import ParamError
@@ -59,7 +59,8 @@ def test_tokenizer_sample_weights_are_the_default_mixtures_bulk_phase(tmp_path):
 
 RESOLVE = {"quality": quality.resolve_params, "mixture": mixture.resolve_params,
            "tokenize": tokenize.resolve_params, "lineage": lineage.resolve_params,
-           "sample": sample.resolve_params}
+           "sample": sample.resolve_params, "benchmarks": benchmarks.resolve_params,
+           "evaluate": evaluate.resolve_params}
 
 
 def _conf(*parts: str) -> dict:
@@ -72,6 +73,8 @@ def test_code_defaults_are_the_shipped_conf():
     assert tokenize.DEFAULTS == _conf("tokenize", "default.yaml")
     assert sample.DEFAULTS == _conf("source", "sample.yaml")["sample"]  # the default source preset
     assert lineage.DEFAULTS == _conf("config.yaml")["lineage"]
+    assert benchmarks.DEFAULTS == _conf("config.yaml")["benchmarks"]
+    assert evaluate.DEFAULTS == _conf("evaluate", "default.yaml")
     # A mixture's name and phases have no default (every preset states them); the rest are the default preset's.
     shipped = _conf("mixture", "default.yaml")
     assert set(mixture.DEFAULTS) == set(shipped)
@@ -80,7 +83,7 @@ def test_code_defaults_are_the_shipped_conf():
 
 
 @pytest.mark.parametrize("overrides, sections", [
-    ([], ["quality", "mixture", "tokenize", "sample", "lineage"]),
+    ([], ["quality", "mixture", "tokenize", "sample", "lineage", "benchmarks", "evaluate"]),
     *[([f"mixture={p.stem}"], ["mixture"]) for p in sorted((ROOT / "conf" / "mixture").glob("*.yaml"))],
     *[([f"quality={p.stem}"], ["quality"]) for p in sorted((ROOT / "conf" / "quality").glob("*.yaml"))],
     *[([f"tokenize={p.stem}"], ["tokenize"]) for p in sorted((ROOT / "conf" / "tokenize").glob("*.yaml"))],
@@ -108,6 +111,7 @@ UNKNOWN = [  # (section, misspelt dotted key below it)
     ("quality", "max_char"), ("quality", "model.epochs"), ("quality", "positives.refrence"),
     ("quality", "keep.top_fractoin"), ("mixture", "max_epoch"), ("mixture", "phases.bulk.fractoin"),
     ("tokenize", "quality_tier"), ("sample", "n_doc"), ("lineage", "groundtruth"),
+    ("benchmarks", "max_item"), ("evaluate", "inloop_item"),
 ]
 
 
@@ -146,6 +150,12 @@ WRONG = [  # (section, dotted key below it, value, the whole message after "<sec
     ("sample", "n_docs", 1e3, "expected an integer, got 1000.0"),
     ("sample", "planted_eval_items", 500, None),
     ("lineage", "ground_truth", 3, "expected a string, got 3"),
+    ("benchmarks", "max_items", 0, "expected a positive count or null, got 0"),
+    ("benchmarks", "seed", "x", "expected an integer, got 'x'"),
+    ("evaluate", "limit", 0, "expected a positive count or null, got 0"),
+    ("evaluate", "inloop_items", -1, "expected a count (0: no in-loop benchmarks), got -1"),
+    ("evaluate", "device", "tpu", "expected one of cpu, cuda, got 'tpu'"),
+    ("evaluate", "batch_size", "big", "expected an integer, got 'big'"),
 ]
 
 
@@ -187,7 +197,8 @@ def test_a_free_mapping_replaces_its_default_whole():
 
 @pytest.mark.parametrize("stage, args, section, key", [
     ("mixture.py", ["tokenize"], "mixture", "max_epoch"),
-    ("sample.py", [], "sample", "n_doc"),
+    ("sample.py", ["benchmarks"], "sample", "n_doc"),
+    ("benchmarks.py", [], "benchmarks", "max_item"),
 ])
 def test_a_stage_with_a_misspelt_key_stops_with_one_line(tmp_path, stage, args, section, key):
     """The stage script, as dvc runs it: exit code 2 and one line naming the key, no traceback, no output."""

@@ -18,7 +18,9 @@ import torch
 from tokenmill import schema
 from tokenmill.decontam.readers import item_id, read_items
 from tokenmill.decontam.stage import CONTAMINATION, DecontamProcessor
-from tokenmill.evaluate import BenchmarkError, dirty_items, heldout_documents, load_benchmark, run_evaluation
+from tokenmill.evaluate import dirty_items
+from tokenmill.evaluate.run import heldout_documents, run_evaluation
+from tokenmill.evaluate.tasks import BenchmarkError, load_benchmark
 from tokenmill.export import export_run
 from train_helpers import PROJECT_ROOT, build_corpus, shared_text, tiny_run
 from conftest import missing_shared_data  # skips, or fails under CI=true
@@ -150,7 +152,8 @@ def test_clean_and_all_scores_split_exactly_along_the_contamination_table(evalua
             values = [s[metric] for s in samples]
             clean = [s[metric] for s in samples if s["item_id"] not in dirty]
             assert score["all"] == pytest.approx(sum(values) / len(values), abs=1e-6)
-            assert score["all"] == pytest.approx(bench["lm_eval"][metric], abs=1e-6)  # lm-eval's own aggregate
+            if metric in ("acc", "acc_norm"):  # lm-eval's own aggregate (prob_norm and bpb are not lm-eval's)
+                assert score["all"] == pytest.approx(bench["lm_eval"][metric], abs=1e-6)
             assert score["clean"] == pytest.approx(sum(clean) / len(clean), abs=1e-6)
             assert score["difference"] == pytest.approx(score["all"] - score["clean"], abs=2e-6)
             if dirty:
@@ -177,6 +180,12 @@ def test_per_item_logs_agree_with_their_loglikelihoods(evaluation):
             if "acc_norm" in s:  # lm-eval normalises by the characters of the choice
                 norm = [ll / len(c) for ll, c in zip(lls, docs[s["item_id"]]["choices"])]
                 assert s["acc_norm"] == float(max(range(len(norm)), key=norm.__getitem__) == s["gold"])
+            # The gold choice's share of the choices' probability mass, and its bits per UTF-8 byte as scored
+            # (after lm-eval's " " delimiter): from the log-likelihoods lm-eval logged.
+            assert s["prob_norm"] == pytest.approx(math.exp(lls[s["gold"]]) / sum(math.exp(x) for x in lls), rel=1e-4)
+            answer = (docs[s["item_id"]]["choices"][s["gold"]] if name != "winogrande"
+                      else docs[s["item_id"]]["continuation"])
+            assert s["bpb"] == pytest.approx(-lls[s["gold"]] / math.log(2) / len((" " + answer).encode()), rel=1e-4)
 
 
 def test_prompts_are_lm_evals(model_dir, evaluation):

@@ -43,7 +43,8 @@ def _check_step_tokens(con, token_dir, step):
 # The demo at test size. Written into the copy's conf/config.yaml (not passed as overrides) so that
 # `dvc exp run`, which recomposes params.yaml from conf/, composes the same small configuration.
 TEST_SIZE = """
-sample: {n_docs: 800, eval_items: 40, planted_eval_items: 8}
+sample: {n_docs: 800, eval_items: 40, planted_eval_items: 8, planted_benchmark_items: 11}
+benchmarks: {max_items: 200}
 tokenizer: {vocab_size: 2000}
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
@@ -53,11 +54,11 @@ train:
   launch: {nproc_per_node: 2}
   logging: {log_interval: 10, eval_interval: 100}
   checkpoint: {interval: 100}
-evaluate: {limit: 24, heldout_limit: 4}
+evaluate: {limit: 24, heldout_limit: 4, inloop_items: 6}
 """
 # A two-rung ladder (the fewest a power law can be fitted to) keeps the test's three pipelines short.
 TEST_SCOUTS = """# @package scouts
-s1: {model: {name: t1, n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 60000}
+s1: {model: {name: t1, n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 60000, seeds: 2}
 s2: {model: {name: t2, n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_dim: 144}, token_budget: 120000}
 """
 # The stages of the test's build, with its ladder.
@@ -290,16 +291,21 @@ def test_mixture_experiments(demo):
                 metrics = data["metrics"]["metrics/mixture.json"]["data"]
                 rows[rev.get("name") or name] = (name, metrics["plan_tokens"], metrics["planned"])
                 sources[name] = set(data["params"]["params.yaml"]["data"]["sources"])
-                evaluated[name] = data["metrics"]["metrics/evaluate.json"]["data"]["tokenmill_heldout"]
+                evaluated[name] = data["metrics"]["metrics/evaluate.json"]["data"]
     names = {v[0] for v in rows.values()}
     assert {"code_heavy", "balanced"} <= names, rows
     code = next(v for v in rows.values() if v[0] == "code_heavy")[2]
     balanced = next(v for v in rows.values() if v[0] == "balanced")[2]
     assert code["code"] > balanced["code"]
     assert "crawl_warc" in sources["balanced"] and "crawl_warc" not in sources["code_heavy"]
-    # Each experiment carries its own evaluation: accuracy on all and on clean items, side by side.
+    # Each experiment carries its own evaluation: every metric on all and on clean items, side by side, each
+    # with its standard error; the real benchmarks among them; and the decision metric over its ladder.
     for name in ("code_heavy", "balanced"):
-        assert {"acc", "acc_clean", "dirty_items"} <= set(evaluated[name]), evaluated
+        assert {"acc", "acc_clean", "dirty_items"} <= set(evaluated[name]["tokenmill_heldout"]), evaluated
+        for bench in ("arc_easy", "hellaswag", "mmlu", "winogrande"):
+            assert {"acc", "bpb", "bpb_stderr", "bpb_clean", "prob_norm", "prob_norm_stderr"} <= \
+                set(evaluated[name][bench]), (bench, evaluated[name][bench])
+        assert evaluated[name]["decision_metric"] is not None
 
     # The documented comparison (README): what changed, by name, in one screen.
     table = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", *COMPARE_FLAGS], repo,

@@ -250,3 +250,54 @@ def test_reference_only_build_for_a_real_crawl(tmp_path):
     passages = [" ".join(words(it["context"] + " " + it["choices"][it["gold"]])) for it in items]
     assert not any(p in " ".join(words(r["text"])) for r in ref for p in passages)
     assert not {it["source_url"] for it in items} & {r["url"] for r in ref}
+
+
+def test_real_benchmark_items_are_planted_and_kept_out_of_the_rest(tmp_path):
+    """With the benchmarks stage's files, real items are planted round-robin over the benchmarks, each among
+    the first items of its file (which the evaluation scores), and its question and gold answer are in its
+    page; no other page, reference or code document shares an 8-word run with any real item."""
+    from tokenmill.benchmarks import build_benchmarks, pinned_source, resolve_params, wheel_path
+    from tokenmill.decontam.readers import read_items
+    from tokenmill.sample.build import PLANT_FROM_FIRST
+
+    source = pinned_source(Path(__file__).resolve().parents[1] / "requirements-benchmarks.txt")
+    bench = tmp_path / "benchmarks"
+    catalog = build_benchmarks(bench, resolve_params({"max_items": 200}), wheel_path(source), source)
+    out = tmp_path / "corpus"
+    build_sample(out, **{**ARGS, "planted_eval_items": 4}, benchmarks_dir=bench, planted_benchmark_items=11)
+    truth = json.loads((out / "ground_truth.json").read_text(encoding="utf-8"))
+    real = [c for c in truth["cases"] if c["case"] == "contaminated" and c["benchmark"] != "tokenmill_heldout"]
+    assert sorted(c["benchmark"] for c in real) == sorted(catalog["benchmarks"])  # one of each of the 11
+    texts = {}
+    for name, b in catalog["benchmarks"].items():
+        items = list(read_items({"name": name, "format": "olmes", "path": str(bench / b["file"])}))
+        texts.update({(name, iid): text for _, iid, text, _ in items})
+        first = {iid for _, iid, _, _ in items[:PLANT_FROM_FIRST]}
+        assert all(c["eval_item"] in first for c in real if c["benchmark"] == name)
+    pages = {}
+    for name in sorted(p.name for p in (out / "web").glob("crawl-0*.warc.gz")):
+        with open(out / "web" / name, "rb") as fh:
+            for rec in ArchiveIterator(fh):
+                if rec.rec_type == "response":
+                    body = rec.content_stream().read()
+                    charset = next((c for c in ("utf-8", "shift_jis", "windows-1252") if _decodes(body, c)))
+                    pages[rec.rec_headers.get_header("WARC-Target-URI")] = " ".join(words(article_text(body, charset)))
+    for c in real:
+        assert " ".join(words(texts[(c["benchmark"], c["eval_item"])])) in pages[c["url"]], c
+    grams = set()
+    for text in texts.values():
+        w = words(text)
+        grams.update(zip(*(w[i:] for i in range(8))))
+    planted_urls = {c["url"] for c in truth["cases"] if c["case"] == "contaminated"}
+    for url, text in pages.items():
+        if url not in planted_urls:
+            w = text.split()
+            assert grams.isdisjoint(zip(*(w[i:] for i in range(8)))), url
+
+
+def _decodes(body: bytes, charset: str) -> bool:
+    try:
+        body.decode(charset)
+        return True
+    except UnicodeDecodeError:
+        return False

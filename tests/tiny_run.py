@@ -23,7 +23,8 @@ IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
 # test: with 300 or 500 the quality classifier separates too little to pass its own check. Three scouts
 # give the two-parameter power law a point to spare; each trains for tens of 512-token steps.
 TINY = """
-sample: {n_docs: 800, eval_items: 24, planted_eval_items: 6}
+sample: {n_docs: 800, eval_items: 24, planted_eval_items: 6, planted_benchmark_items: 11}
+benchmarks: {max_items: 200}
 tokenizer: {vocab_size: 1000}
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
@@ -35,7 +36,7 @@ train:
   launch: {nproc_per_node: 1}
   logging: {log_interval: 5, eval_interval: 50, eval_sequences: 8}
   checkpoint: {interval: 1000}
-evaluate: {heldout_limit: 4, batch_size: 8}
+evaluate: {limit: 20, heldout_limit: 4, batch_size: 8, inloop_items: 4}
 scouts:
   s1: {model: {n_layers: 1, d_model: 16, n_heads: 1, n_kv_heads: 1, ffn_dim: 48}, token_budget: 15000}
   s2: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 25000}
@@ -55,7 +56,8 @@ def run(args, cwd, check=True, **extra_env) -> subprocess.CompletedProcess:
 
 
 # What a pipeline run needs of a checkout: the DAG, its configuration, code, and the tracked data folders.
-PROJECT_FILES = ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md", "data/user", ".gitignore")
+PROJECT_FILES = ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md", "data/user", ".gitignore",
+                 "requirements-benchmarks.txt")
 
 
 def copy_project(repo: Path) -> None:

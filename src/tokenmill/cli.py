@@ -123,22 +123,25 @@ def audit_verify(con, data_root: Path) -> int:
 
 
 def audit_step(con, step: int, run: str | None = None) -> int:
-    try:
-        per_step, rows = lineage.step_spans(con, step)
-    except LookupError as exc:
-        print(f"tokenmill: {exc}", file=sys.stderr)
-        return 1
-    print(f"step {step}: tokens {step * per_step} to {(step + 1) * per_step} of the training stream, "
-          f"{len(rows)} document span(s)")
+    got, window = None, step  # the plan's order; a run with train.data_seed fed another window at this step
     if run is not None:
         tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
-        got = con.execute("SELECT loss, grad_norm, lr, skipped, skip_reason, tokens_hash FROM train_steps "
+        got = con.execute("SELECT loss, grad_norm, lr, skipped, skip_reason, tokens_hash, window FROM train_steps "
                           "WHERE run = ? AND step = ?", [run, step]).fetchone() if "train_steps" in tables else None
         if got is None:
             print(f"tokenmill: run {run!r} has no step {step} (runs: "
                   f"{', '.join(lineage.training_runs(con)) or 'none trained yet'})", file=sys.stderr)
             return 1
-        loss, norm, lr, skipped, reason, digest = got
+        window = got[-1]
+    try:
+        per_step, rows = lineage.step_spans(con, window)
+    except LookupError as exc:
+        print(f"tokenmill: {exc}", file=sys.stderr)
+        return 1
+    print(f"step {step}: tokens {window * per_step} to {(window + 1) * per_step} of the training stream, "
+          f"{len(rows)} document span(s)")
+    if got is not None:
+        loss, norm, lr, skipped, reason, digest, _ = got
         fate = f"update skipped ({reason})" if skipped else "update applied"
         print(f"run {run}: loss {loss:.4f}, gradient norm {norm:.4f}, learning rate {lr:.3g}, {fate}; "
               f"fed tokens hash {digest}")

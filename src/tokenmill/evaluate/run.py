@@ -19,6 +19,7 @@ in training and never saw a <s> (tokenmill separates documents by end-of-text on
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -28,7 +29,8 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from tokenmill.evaluate.scores import dirty_items, split_score
+from tokenmill.evaluate.evalset import METRICS, item_scores
+from tokenmill.evaluate.scores import dirty_items, ratio_stderr, split_score
 from tokenmill.evaluate.tasks import Benchmark, BenchmarkError, drop_overlong, load_benchmark, task_name, write_task
 
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -86,34 +88,51 @@ def _choice_lls(sample: dict) -> list[float]:
     return [_r(resp[0]) for resp in sample["filtered_resps"]]
 
 
+def _bytes(answer: str) -> int:
+    return len((" " + answer).encode("utf-8"))  # as scored: after the target delimiter
+
+
 def _benchmark_rows(bench: Benchmark, samples: list[dict], dirty: set[str]) -> list[dict]:
+    """One row per item: lm-eval's per-item acc / acc_norm and log-likelihoods, and from those the two
+    continuous metrics lm-eval does not compute for multiple choice: prob_norm and bpb of the gold answer."""
     rows = []
     for s in sorted(samples, key=lambda s: s["doc_id"]):
         doc = s["doc"]
         row: dict[str, Any] = {"item_id": doc["item_id"], "dirty": doc["item_id"] in dirty}
         if bench.kind == "loglikelihood":
             ll, greedy = s["filtered_resps"][0]
-            row.update({"loglikelihood": _r(ll), "greedy": bool(greedy), "acc": float(s["acc"])})
+            row.update({"loglikelihood": _r(ll), "greedy": bool(greedy), "acc": float(s["acc"]),
+                        "bpb": _r(-ll / (math.log(2) * _bytes(doc["continuation"])))})
         else:
-            row.update({"gold": doc["gold"], "loglikelihoods": _choice_lls(s), "acc": float(s["acc"])})
+            lls = [resp[0] for resp in s["filtered_resps"]]
+            gold = int(doc["gold"])
+            row.update({"gold": gold, "loglikelihoods": _choice_lls(s), "acc": float(s["acc"])})
             if "acc_norm" in s:
                 row["acc_norm"] = float(s["acc_norm"])
+            answers = doc["choices"] if bench.kind == "multiple_choice" else [doc["continuation"]] * len(lls)
+            derived = item_scores(lls, gold, [len(a) for a in answers], [_bytes(a) for a in answers])
+            row["prob_norm"], row["bpb"] = _r(derived["prob_norm"]), _r(derived["bpb"])
         rows.append(row)
     return rows
+
+
+# Per benchmark, each under its own name (evalset.py defines them): acc and acc_norm as lm-eval computes
+# them; prob_norm and bpb, which lm-eval does not compute for multiple choice, from its log-likelihoods.
+ITEM_METRICS = METRICS
 
 
 def _benchmark_result(bench: Benchmark, rows: list[dict], aggregated: Mapping, dirty_in_table: set[str]) -> dict:
     ids = {r["item_id"] for r in rows}
     dirty = {r["item_id"] for r in rows if r["dirty"]}
     metrics = {m: split_score({r["item_id"]: r[m] for r in rows}, dirty)
-               for m in ("acc", "acc_norm") if rows and m in rows[0]}
+               for m in ITEM_METRICS if rows and m in rows[0]}
     out = {"format": bench.format, "kind": bench.kind, "items": len(rows), "dirty_items": len(dirty),
            "clean_items": len(rows) - len(dirty), "duplicate_records": bench.duplicates,
            # Dirty items of the table this run did not score (a limit, or an id the file no longer holds).
            "dirty_items_not_evaluated": len(dirty_in_table - ids), "metrics": metrics,
            "dropped": {reason: sorted(item_ids) for reason, item_ids in sorted(bench.dropped.items())}}
     # lm-eval's own aggregate over all items: the "all" column must equal it.
-    out["lm_eval"] = {m: _r(aggregated[f"{m},none"]) for m in metrics}
+    out["lm_eval"] = {m: _r(aggregated[f"{m},none"]) for m in metrics if f"{m},none" in aggregated}
     if bench.kind == "loglikelihood":
         out["perplexity"] = _r(aggregated["perplexity,none"])
     return out
@@ -122,10 +141,12 @@ def _benchmark_result(bench: Benchmark, rows: list[dict], aggregated: Mapping, d
 def _heldout_result(rows: list[dict], aggregated: Mapping) -> dict:
     ll = sum(r["loglikelihood"] for r in rows)
     words, nbytes = sum(r["words"] for r in rows), sum(r["bytes"] for r in rows)
+    bits = [-r["loglikelihood"] / math.log(2) for r in rows]
     return {"documents": len(rows), "words": words, "bytes": nbytes, "loglikelihood": _r(ll),
             "word_perplexity": _r(aggregated["word_perplexity,none"]),
             "byte_perplexity": _r(aggregated["byte_perplexity,none"]),
-            "bits_per_byte": _r(aggregated["bits_per_byte,none"])}
+            "bits_per_byte": _r(aggregated["bits_per_byte,none"]),
+            "bits_per_byte_stderr": _r(ratio_stderr(bits, [r["bytes"] for r in rows]))}
 
 
 def run_evaluation(model_dir: str | Path, benchmarks: list[dict], heldout: pa.Table | Iterable[Mapping] | None,

@@ -73,3 +73,16 @@ def split_score(values: Mapping[str, float], dirty: set[str]) -> dict:
         out["difference"] = out["all"] - out["clean"]
         out["difference_stderr"] = (nd / n) * s * math.sqrt(1 / nd + 1 / nc)
     return {k: (None if v is None else round(v, 6)) for k, v in out.items()}
+
+
+def ratio_stderr(numerators: list[float], denominators: list[float]) -> float | None:
+    """Standard error of sum(numerators) / sum(denominators) over n documents (the delta method for a ratio
+    estimator): bits per byte of a held-out set is the bits of all its documents over all their bytes, so a
+    long document weighs more than a short one, and its spread is that of the residuals y_i - r x_i."""
+    n = len(numerators)
+    if n < 2:
+        return None
+    r = sum(numerators) / sum(denominators)
+    mean_x = sum(denominators) / n
+    residual = sum((y - r * x) ** 2 for y, x in zip(numerators, denominators)) / (n - 1)
+    return math.sqrt(residual / n) / mean_x

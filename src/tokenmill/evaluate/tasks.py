@@ -93,6 +93,17 @@ def _tokenmill(path: Path) -> Iterator[tuple[dict, dict]]:
         yield r, {"query": r["context"], "choices": list(r["choices"]), "gold": int(r["gold"])}
 
 
+def _olmes(path: Path) -> Iterator[tuple[dict, str, dict]]:
+    """OLMES cloze items (tokenmill.benchmarks): the context exactly as OLMES renders it, each choice after a
+    space; WinoGrande's options change the context and share the continuation."""
+    for _, r in _jsonl(path):
+        if "contexts" in r:
+            yield r, "multiple_input", {"contexts": list(r["contexts"]), "continuation": r["continuation"],
+                                        "gold": int(r["gold"])}
+        else:
+            yield r, "multiple_choice", {"query": r["context"], "choices": list(r["choices"]), "gold": int(r["gold"])}
+
+
 def _mmlu(path: Path) -> Iterator[tuple[dict, dict]]:
     for r, _, _ in read_mmlu_csv(path):
         letters = "ABCDEFGH"[:len(r["choices"])]
@@ -139,6 +150,8 @@ def load_benchmark(spec: dict, limit: int | None = None) -> Benchmark | None:
         pairs = ((r, "multiple_choice", d) for r, d in _hellaswag(path))
     elif fmt == "mmlu_csv":
         pairs = ((r, "multiple_choice", d) for r, d in _mmlu(path))
+    elif fmt == "olmes":
+        pairs = _olmes(path)
     elif fmt == "llm_foundry":
         pairs = ((r, *foundry_doc(r)) for _, r in _jsonl(path))
     else:

@@ -136,6 +136,23 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
     for key, sha1 in sorted(files.items()):
         source, _, file = key.partition(":")
         con.execute("INSERT INTO source_files VALUES (?, ?, ?)", [source, file, sha1])
+    build_benchmarks_table(con, data_root / "benchmarks" / "catalog.json")
+
+
+def build_benchmarks_table(con: duckdb.DuckDBPyConnection, catalog_file: Path) -> None:
+    """`benchmarks`: the real public benchmarks of the benchmarks stage, with their origin and licence
+    (non-commercial ones marked) and the pinned source they were read from; contamination.benchmark joins it."""
+    con.execute("""CREATE TABLE benchmarks (benchmark VARCHAR, kind VARCHAR, format VARCHAR, file VARCHAR,
+        origin VARCHAR, licence VARCHAR, non_commercial BOOLEAN, items BIGINT, items_in_source BIGINT,
+        package VARCHAR, version VARCHAR, sha256 VARCHAR)""")
+    if not catalog_file.exists():  # benchmarks stage not in this pipeline: only the user's files
+        return
+    catalog = json.loads(catalog_file.read_text())
+    src = catalog["source"]
+    for name, b in sorted(catalog["benchmarks"].items()):
+        con.execute("INSERT INTO benchmarks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [name, b["kind"], b["format"], b["file"], b["origin"], b["licence"], b["non_commercial"],
+                     b["items"], b["items_in_source"], src["package"], src["version"], src["sha256"]])
 
 
 def funnel(con: duckdb.DuckDBPyConnection, data_root: Path, stages: list[str]) -> tuple[list[dict], dict]:
@@ -233,6 +250,8 @@ def run_lineage(sources_cfg: dict, data_root: str | Path, out_dir: str | Path, l
         for s in (*stages, token_stage, plan_stage):
             if s is not None:
                 run.input_hashes[s] = input_id(data_root / s)
+        if (data_root / "benchmarks" / "manifest.json").exists():
+            run.input_hashes["benchmarks"] = input_id(data_root / "benchmarks")
         # The database file is not byte-reproducible (DuckDB writes a random database id and block layout,
         # even on one thread), so no stage reads it: it is the auditors' index, rebuilt from the Parquet.
         con = duckdb.connect(str(run.tmp / DB_NAME))
@@ -341,7 +360,7 @@ def steps_of_document(con: duckdb.DuckDBPyConnection, doc_id: str) -> list[tuple
     return con.execute("""
         SELECT s.run, s.step, s.loss, s.skipped
         FROM plan p JOIN train_steps s
-          ON s.step BETWEEN p.stream_start // ? AND (p.stream_start + p.length) // ?
+          ON s.window BETWEEN p.stream_start // ? AND (p.stream_start + p.length) // ?
         WHERE p.doc_id = ? ORDER BY s.run, s.step""", [per_step, per_step, doc_id]).fetchall()
 
 
@@ -354,7 +373,8 @@ def _tokens_per_step(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, step: int):
-    """The input tokens of training step `step`, rebuilt from the plan's spans and the token shards."""
+    """The input tokens of window `step` of the training stream (training step `step` in the plan's order),
+    rebuilt from the plan's spans and the token shards."""
     import numpy as np
 
     row = con.execute("SELECT stage, manifest FROM stages WHERE json_extract(manifest, '$.dtype') "
@@ -404,8 +424,8 @@ def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, sampl
             problems.append(f"training {run}: steps are not 0..{n - 1} each once (min {lo}, max {hi}, {distinct} distinct)")
             continue
         for step in sorted({0, (n - 1) // 2, n - 1})[:samples]:
-            recorded = con.execute("SELECT tokens_hash FROM train_steps WHERE run = ? AND step = ?",
-                                   [run, step]).fetchone()[0]
-            if tokens_hash(step_tokens(con, data_root, step)) != recorded:
-                problems.append(f"training {run}: step {step} fed tokens that are not the plan's")
+            window, recorded = con.execute("SELECT window, tokens_hash FROM train_steps WHERE run = ? AND step = ?",
+                                           [run, step]).fetchone()
+            if tokens_hash(step_tokens(con, data_root, window)) != recorded:
+                problems.append(f"training {run}: step {step} fed tokens that are not the plan's (window {window})")
     return problems

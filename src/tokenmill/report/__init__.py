@@ -45,6 +45,7 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     data/train/pretrain/summary.json, when it exists, gives the actual loss to compare with.
     evaluation: the evaluate stage's results.json. Either missing: its section says "not run".
     """
+    from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
     from tokenmill.forecast import ForecastError, compare
     from tokenmill.lineage import DB_NAME, audit_tables, connect
 
@@ -80,6 +81,9 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     built.append(S.evaluation(S.read_json(evaluation_path),
                               f"no evaluation results at {evaluation_path}: the evaluate stage has not run"
                               if evaluation_path else "no evaluation results given"))
+    ladder = read_ladder(project / "data" / "train")
+    rows = ladder_table(ladder, CANDIDATES)
+    built.append(S.signal_noise(ladder, rows, decision_metric(rows)))
 
     (tmp / "index.html").write_text(render(title, built), encoding="utf-8")
     summary = {"sections": {s.key: s.status for s in built},

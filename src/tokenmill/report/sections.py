@@ -297,6 +297,17 @@ def contamination(con, plots: Plots) -> Section:
         return s
     s.html.append(table(["benchmark", "dirty items", "documents", "near misses (kept)", "action"],
                         [r[:4] + (r[4],) for r in rows]))
+    if "benchmarks" in _tables(con):
+        provenance = con.execute("""
+            SELECT b.benchmark, b.origin, b.licence || CASE WHEN b.non_commercial THEN ' (non-commercial)' ELSE '' END,
+                   b.items, b.items_in_source, count(DISTINCT c.item_id) FILTER (WHERE c.contaminated),
+                   b.package || '==' || b.version
+            FROM benchmarks b LEFT JOIN contamination c ON c.benchmark = b.benchmark
+            GROUP BY ALL ORDER BY b.benchmark""").fetchall()
+        if provenance:
+            s.html.append("<h3>Real benchmarks: origin and licence</h3>")
+            s.html.append(table(["benchmark", "origin", "licence", "items", "items in source", "dirty items",
+                                 "read from"], provenance, numeric_from=3))
     top = con.execute("""
         SELECT c.benchmark, c.item_id, c.doc_id, r.url, c.overlap_fraction, c.contaminated
         FROM contamination c JOIN records r USING (doc_id)
@@ -453,8 +464,8 @@ def evaluation(results: Mapping | None, missing: str) -> Section:
     if held:
         s.html.append("<h3>Held-out perplexity per mixture bucket</h3>")
         s.html.append(table(["bucket", "documents", "bits per byte", "word perplexity", "byte perplexity"],
-                            [(b, h["documents"], h["bits_per_byte"], h["word_perplexity"], h["byte_perplexity"])
-                             for b, h in sorted(held.items())]))
+                            [(b, h["documents"], _pm(h["bits_per_byte"], h.get("bits_per_byte_stderr")),
+                              h["word_perplexity"], h["byte_perplexity"]) for b, h in sorted(held.items())]))
     rows, skipped = [], []
     for name, b in sorted(results.get("benchmarks", {}).items()):
         if "skipped" in b:
@@ -472,7 +483,27 @@ def evaluation(results: Mapping | None, missing: str) -> Section:
     if skipped:
         s.html.append(table(["benchmark", "not scored because"], skipped))
     s.note = ("Dirty items are those the contamination table marks contaminated; the clean score leaves them out. "
-              "± is the standard error.")
+              "± is the standard error over items. acc: the most likely choice is the gold one; acc_norm: the "
+              "same per character; prob_norm: the gold choice's probability among the choices; bpb: bits per "
+              "byte of the gold answer (lower is better).")
+    return s
+
+
+def signal_noise(ladder: Mapping[str, Mapping], rows: list[dict], decision: str | None) -> Section:
+    """Per metric over the ladder (tokenmill.evaluate.signal): each run's final value ± its σ (checkpoint
+    noise, with the seed spread for rungs trained with several seeds), signal, noise and their ratio."""
+    s = Section("signal_noise", "Which metric to trust: signal and noise over the ladder")
+    if not rows:
+        return _not_run(s, "no finished training runs with in-loop evaluations")
+    runs = list(ladder)
+    body = [(r["metric"] + (" (decision)" if r["metric"] == decision else ""),
+             *[_pm(r["values"][run], r["sigmas"][run]) for run in runs],
+             r["signal"], r["noise"], r["snr"]) for r in rows]
+    s.html.append(table(["metric", *runs, "signal", "noise", "SNR"], body, numeric_from=1))
+    s.note = (f"Decision metric: {decision or 'none'} (the highest signal-to-noise ratio among the held-out loss "
+              "and the benchmark means). Signal: largest minus smallest final value over the runs; noise: root "
+              "mean square of the runs' σ (± after each value: the spread over the run's last evaluations, "
+              "pooled with the spread over seeds where a rung has several).")
     return s
 
 

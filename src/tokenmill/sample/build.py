@@ -89,13 +89,59 @@ def plan_cases(n_docs: int, eval_items: int, planted_eval_items: int) -> dict[st
     return n
 
 
+def passage(item: dict) -> str:
+    """What a page copying an eval item holds: its context and its gold answer."""
+    return item["context"] + " " + item["choices"][item["gold"]]
+
+
+# Real benchmark items are planted from the first items of each file: the evaluation scores the first
+# evaluate.limit items of a file (a seeded random sample, tokenmill.benchmarks), so a limit of at least this
+# many scores every planted item, and the report's all/clean split shows real contamination.
+PLANT_FROM_FIRST = 20
+MIN_PLANTED_WORDS = 12  # decontamination indexes items of 8 words or more; planted ones are clearly above
+
+
+def benchmark_passages(benchmarks_dir: Path | None) -> list[tuple[str, str, str]]:
+    """(benchmark, item_id, passage) of every item of the benchmarks stage's files, in file order, with the
+    text decontamination indexes (tokenmill.decontam.readers)."""
+    if benchmarks_dir is None:
+        return []
+    from tokenmill.decontam.readers import read_items
+
+    catalog = json.loads((benchmarks_dir / "catalog.json").read_text())
+    out = []
+    for name, b in sorted(catalog["benchmarks"].items()):
+        spec = {"name": name, "format": b["format"], "path": str(benchmarks_dir / b["file"])}
+        out.extend((bench, iid, text) for bench, iid, text, _ in read_items(spec))
+    return out
+
+
+def pick_benchmark_items(passages: list[tuple[str, str, str]], n: int, rng: random.Random) -> list[tuple[str, str, str]]:
+    """n items to plant, round-robin over the benchmarks, each among the first PLANT_FROM_FIRST of its file."""
+    pools: dict[str, list[tuple[str, str, str]]] = {}
+    seen: dict[str, int] = {}
+    for p in passages:
+        seen[p[0]] = seen.get(p[0], 0) + 1
+        pool = pools.setdefault(p[0], [])
+        if seen[p[0]] <= PLANT_FROM_FIRST and len(p[2].split()) >= MIN_PLANTED_WORDS:
+            pool.append(p)
+    for pool in pools.values():
+        rng.shuffle(pool)
+    names, picked = sorted(pools), []
+    while len(picked) < n and any(pools.values()):
+        for name in names:
+            if pools[name] and len(picked) < n:
+                picked.append(pools[name].pop())
+    return picked
+
+
 class Guard:
     """Finds documents that share a word n-gram with an evaluation passage (context + gold answer)."""
 
-    def __init__(self, items: list[dict], n: int = GUARD_NGRAM):
+    def __init__(self, passages: list[str], n: int = GUARD_NGRAM):
         self.n, self.grams = n, set()
-        for it in items:
-            w = plant.words(it["context"] + " " + it["choices"][it["gold"]])
+        for text in passages:
+            w = plant.words(text)
             self.grams.update(zip(*(w[i:] for i in range(n))))
 
     def hits(self, text: str) -> bool:
@@ -178,7 +224,9 @@ class Crawl:
         return order
 
 
-def build_web(dists, n_web: int, n_cases: dict, items: list[dict], guard: Guard, seed: int, out: Path) -> tuple[dict, list[dict]]:
+def build_web(dists, n_web: int, n_cases: dict, planted: list[tuple[str, str, str]], guard: Guard, seed: int,
+              out: Path) -> tuple[dict, list[dict]]:
+    """planted: the (benchmark, item_id, passage) of the eval items to plant, n_cases["contaminated"] of them."""
     rng = random.Random(f"{seed}:web")
     sites = {d.name: Site(d.name, d.display, str(seed), links=d.links) for d in dists}
     planted_kinds = ("exact_duplicate", "near_duplicate", "spam", "boilerplate", "pii", "non_utf8", "non_english", "contaminated")
@@ -350,12 +398,12 @@ def build_web(dists, n_web: int, n_cases: dict, items: list[dict], guard: Guard,
         crawl.add_case(page, {"case": "non_english", "language": doc["language"], "source": doc["source"], "expect": EXPECT["non_english"]})
 
     # 8. Evaluation passages planted into fresh pages, in several disguises.
-    for i, item in enumerate(rng.sample(items, n_cases["contaminated"])):
+    for i, (benchmark, iid, text) in enumerate(planted):
         base = fresh.pop()
         variant = plant.CONTAMINATION_VARIANTS[i % len(plant.CONTAMINATION_VARIANTS)]
-        passage = item["context"] + " " + item["choices"][item["gold"]]
-        page = Page(base.site, base.path, plant.contaminate(base.blocks, passage, variant, rng), kind="contaminated")
-        crawl.add_case(page, {"case": "contaminated", "eval_item": item["id"], "variant": variant, "expect": EXPECT["contaminated"]})
+        page = Page(base.site, base.path, plant.contaminate(base.blocks, text, variant, rng), kind="contaminated")
+        crawl.add_case(page, {"case": "contaminated", "benchmark": benchmark, "eval_item": iid, "variant": variant,
+                              "expect": EXPECT["contaminated"]})
 
     # Order, render (copies reuse their original's bytes) and write.
     start = datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=seed % 365, seconds=seed % 86400)
@@ -435,8 +483,12 @@ def _write_items(out: Path, items: list[dict]) -> None:
             fh.write(json.dumps(it, ensure_ascii=False) + "\n")
 
 
-def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_items: int = 200, planted_eval_items: int = 24) -> dict:
-    """Write the sample corpus into out_dir (see the module docstring) and return its counts."""
+def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_items: int = 200, planted_eval_items: int = 24,
+                 benchmarks_dir: Path | None = None, planted_benchmark_items: int = 0) -> dict:
+    """Write the sample corpus into out_dir (see the module docstring) and return its counts.
+
+    benchmarks_dir: the benchmarks stage's output; its items are kept out of the corpus like the held-out
+    set's, and planted_benchmark_items of them are planted in the crawl (round-robin over the benchmarks)."""
     out = Path(out_dir)
     for sub in ("web", "code", "reference", "licenses", "eval"):
         (out / sub).mkdir(parents=True, exist_ok=True)
@@ -449,8 +501,13 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
     log_phase("sample", f"held-out evaluation set ({eval_items} items)")
     refs = stdlib.reference_stream(std_files, random.Random(f"{seed}:reference"))
     items, held, spare = _heldout_items(refs, seed, eval_items)
-    guard = Guard(items)
-    n_cases["contaminated"] = min(n_cases["contaminated"], len(items))
+    real = benchmark_passages(benchmarks_dir)
+    guard = Guard([passage(it) for it in items] + [text for _, _, text in real])
+    plant_rng = random.Random(f"{seed}:plant")
+    planted = [("tokenmill_heldout", it["id"], passage(it))
+               for it in plant_rng.sample(items, min(n_cases["contaminated"], len(items)))]
+    planted += pick_benchmark_items(real, planted_benchmark_items, plant_rng)
+    n_cases["contaminated"] = len(planted)
 
     lic_pool = sources.licence_files(dists)
     n_lic = min(len(lic_pool), LICENCE_CAP, max(2, round(LICENCE_SHARE * n_docs)))
@@ -468,7 +525,7 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
     n_web = n_docs - len(code_docs) - len(ref_docs) - len(licences)
 
     log_phase("sample", f"web crawl ({n_web} pages with planted cases)")
-    web_counts, cases = build_web(dists, n_web, n_cases, items, guard, seed, out)
+    web_counts, cases = build_web(dists, n_web, n_cases, planted, guard, seed, out)
     log_phase("sample", "writing code, reference, licence and evaluation files")
     code_files = _write_code(out, code_docs)
     ref_files = _write_reference(out, ref_docs)
@@ -496,6 +553,8 @@ def build_sample(out_dir: Path, n_docs: int = 12000, seed: int = 1234, eval_item
         "seed": seed,
         "eval_items": eval_items,
         "planted_eval_items": planted_eval_items,
+        "planted_benchmark_items": planted_benchmark_items,
+        "planted_benchmark_items_from_first": PLANT_FROM_FIRST,
         "python": platform.python_version(),
         "distributions": len(dists),
         "pages_per_warc": PAGES_PER_WARC,
@@ -524,7 +583,7 @@ def build_reference(out_dir: Path, n_docs: int = 2000, seed: int = 1234, eval_it
     log_phase("sample", f"reference corpus only ({n_docs} documents) and held-out evaluation set ({eval_items} items)")
     refs = stdlib.reference_stream(std_files, random.Random(f"{seed}:reference"))
     items, _, spare = _heldout_items(refs, seed, eval_items)
-    guard = Guard(items)
+    guard = Guard([passage(it) for it in items])
     ref_docs = first(itertools.chain(spare, refs), n_docs, lambda d: not guard.hits(d.text))
     refs.close()
     ref_docs.sort(key=lambda d: d.url)

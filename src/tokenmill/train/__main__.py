@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--live", default=None, help="DVCLive directory (rank 0 logs there)")
     ap.add_argument("--tokens", default=None, help="token stage directory (default: <data-root>/tokenize)")
     ap.add_argument("--plan", default=None, help="mixture stage directory (default: <data-root>/mixture)")
+    ap.add_argument("--evalset", default=None, help="in-loop benchmark requests (the evalset stage's requests.parquet)")
     ap.add_argument("--stop-after", type=int, default=None,
                     help="leave after this many steps with a checkpoint (a later call resumes)")
     args = ap.parse_args(argv)
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.config) as f:
             run_cfg = json.load(f)
         summary = train(run_cfg, args.data_root, args.out, args.live, tokens_dir=args.tokens, plan_dir=args.plan,
-                        stop_after=args.stop_after)
+                        stop_after=args.stop_after, evalset=args.evalset)
     except (TrainConfigError, DataError, TrainError, ValueError, FileNotFoundError) as exc:
         print(f"train: {exc}", file=sys.stderr)
         return 2

@@ -107,6 +107,10 @@ class LoggingConfig(_Strict):
     log_interval: int = Field(default=10, gt=0)  # steps between DVCLive records of the training metrics
     eval_interval: int = Field(default=100, gt=0)  # steps between held-out evaluations (and the last step)
     eval_sequences: int = Field(default=16, ge=0)  # held-out sequences per bucket (0: no held-out loss)
+    # The run's noise: evaluations at the last step and noise_points - 1 more, noise_stride steps apart
+    # before it; the spread of their scores ("checkpoint noise", Signal and Noise 2025) is each metric's σ.
+    noise_points: int = Field(default=3, ge=1)
+    noise_stride: int = Field(default=5, gt=0)
     peak_flops: float | None = Field(default=None, gt=0)  # per device, for MFU; None: the table in metrics.py
 
 
@@ -137,6 +141,9 @@ class TrainConfig(_Strict):
     tokens_per_param: float = Field(default=20.0, gt=0)
     max_steps: int | None = Field(default=None, gt=0)  # cap below the budget's steps (smoke runs)
     seed: int = 0  # model initialisation
+    # None: step N trains on window N of the plan's stream (the plan's order). An integer: on the same
+    # windows of the run, in an order drawn with this seed (the scouts' seed replicas: scouts.<rung>.seeds).
+    data_seed: int | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     clip_grad_norm: float = Field(default=1.0, gt=0)
     optimizer: OptimizerConfig = OptimizerConfig()

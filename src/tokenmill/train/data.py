@@ -140,9 +140,13 @@ class PlanStream:
 
 
 class BatchLoader:
-    """Global batches of the plan stream, this rank's slice of them, and the step's token hash."""
+    """Global batches of the plan stream, this rank's slice of them, and the step's token hash.
 
-    def __init__(self, stream: PlanStream, seq_len: int, global_batch: int, dp_rank: int = 0, dp_size: int = 1):
+    Step N reads window N of the stream (stream[N*T : (N+1)*T + 1]) unless `order` is set: then window
+    order[N]. A seed replica of a scout (train.data_seed) trains on the same windows in another order."""
+
+    def __init__(self, stream: PlanStream, seq_len: int, global_batch: int, dp_rank: int = 0, dp_size: int = 1,
+                 order: np.ndarray | None = None):
         if global_batch % dp_size:
             raise DataError(f"train.global_batch ({global_batch}) must be divisible by the data-parallel "
                             f"size ({dp_size})")
@@ -152,12 +156,19 @@ class BatchLoader:
         # Step N needs one token past its inputs for the last target.
         self.steps_available = max(0, (stream.total_tokens - 1) // self.T)
         self.fault = _parse_fault(os.environ.get("TOKENMILL_FAULT", ""))
+        self.order = order
+
+    def window(self, step: int) -> int:
+        """The stream window step `step` reads."""
+        return int(self.order[step]) if self.order is not None else step
 
     def step_tokens(self, step: int) -> np.ndarray:
-        """The whole step, stream[N*T : (N+1)*T + 1], after any injected fault (see _parse_fault)."""
-        if step >= self.steps_available:
+        """The whole step, stream[W*T : (W+1)*T + 1] of its window W, after any injected fault (see
+        _parse_fault)."""
+        w = self.window(step)
+        if w >= self.steps_available:
             raise DataError(f"step {step} is past the plan: it holds {self.steps_available} steps of {self.T} tokens")
-        tokens = self.stream.read(step * self.T, (step + 1) * self.T + 1)
+        tokens = self.stream.read(w * self.T, (w + 1) * self.T + 1)
         if step in self.fault.get("corrupt_step", ()):
             # A test hook: replace the step with random ids, as a broken shard or a bad host would.
             rng = np.random.default_rng(step)
@@ -169,13 +180,15 @@ class BatchLoader:
         per_rank = self.B // self.dp_size
         a = self.dp_rank * per_rank * self.L
         mine = tokens[a:a + per_rank * self.L + 1]
-        phase = self.stream.phases[self.stream.rows_in(step * self.T, step * self.T + 1)[0]]
+        w = self.window(step)
+        phase = self.stream.phases[self.stream.rows_in(w * self.T, w * self.T + 1)[0]]
         return Batch(step, mine[:-1].reshape(per_rank, self.L), mine[1:].reshape(per_rank, self.L),
                      tokens_hash(tokens[:-1]), phase)
 
     def doc_ids(self, step: int) -> list[str]:
         """Documents with tokens among the step's inputs or targets, in stream order (repeats once)."""
-        rows = self.stream.rows_in(step * self.T, (step + 1) * self.T + 1)
+        w = self.window(step)
+        rows = self.stream.rows_in(w * self.T, (w + 1) * self.T + 1)
         return list(dict.fromkeys(self.stream.doc_ids[i] for i in rows))
 
 

@@ -11,6 +11,7 @@ returned summary's "timing"):
     steps.parquet           one row per step: STEPS
     spikes.parquet          one row per skipped step with the doc_ids of its batch: SPIKES
     heldout.parquet         held-out loss per bucket at each evaluation: HELDOUT
+    benchmarks.parquet      in-loop benchmark scores at each evaluation (when an evalset is given): BENCHMARKS
     final/model.safetensors consolidated float32 weights (names of model.py; output.weight omitted when tied)
     final/config.json       model config, vocab_size, eos_id, seq_len: all the export stage needs
     summary.json            the summary without its "timing" part
@@ -33,10 +34,12 @@ import numpy as np
 import pyarrow as pa
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill import schema
+from tokenmill.evaluate.evalset import METRICS, EvalSet, macro_average
 from tokenmill.train.checkpoint import Checkpointer
 from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
@@ -46,7 +49,8 @@ from tokenmill.train.parallel import Layout, build_mesh, parallelize
 from tokenmill.train.schedule import make_schedule
 
 STEPS = pa.schema([
-    ("step", pa.int64()),  # 0-based; step N fed stream tokens [N*T, (N+1)*T)
+    ("step", pa.int64()),  # 0-based; step N fed stream tokens [W*T, (W+1)*T) of its window W
+    ("window", pa.int64()),  # W: N in the plan's order; another with train.data_seed
     ("phase", pa.string()),  # plan phase of the step's first token
     ("tokens_hash", pa.string()),  # blake2b-16 of the step's input tokens as uint32 LE
     ("tokens", pa.int64()),  # stream tokens fed up to and including this step
@@ -67,6 +71,10 @@ SPIKES = pa.schema([
 ])
 HELDOUT = pa.schema([("step", pa.int64()), ("bucket", pa.string()), ("loss", pa.float64()),
                      ("sequences", pa.int64())])
+# In-loop benchmark scores (tokenmill.evaluate.evalset) per evaluation: one row per benchmark and metric.
+BENCHMARKS = pa.schema([("step", pa.int64()), ("benchmark", pa.string()), ("metric", pa.string()),
+                        ("all", pa.float64()), ("all_stderr", pa.float64()), ("clean", pa.float64()),
+                        ("clean_stderr", pa.float64())])
 
 
 class TrainError(RuntimeError):
@@ -203,6 +211,59 @@ class Trainer:
         return float(_world_mean(total)), n
 
 
+    @torch.no_grad()
+    def loglikelihoods(self, windows: list[np.ndarray], n_cont: list[int]) -> np.ndarray:
+        """Log-likelihood of the last n_cont[i] tokens of each window given the tokens before them.
+
+        Requests are split in contiguous slices over the DP ranks (TP ranks of a group score the same ones);
+        each rank scores its slice shortest first, so a batch pads little (to a multiple of 16), and every
+        rank makes the same number of forward calls (FSDP gathers weights in each), padding its last ones.
+        One all-reduce gathers the results."""
+        n, dp = len(windows), self.layout.dp_size
+        per = -(-n // dp)
+        first = min(n, self.layout.dp_rank * per)
+        mine = sorted(range(first, min(n, first + per)), key=lambda j: len(windows[j]))
+        out = torch.zeros(n, dtype=torch.float64, device=self.device)
+        batch = max(self.micro_batch, 8)
+        select = self.layout.tp_mesh is None  # logits at the answer positions only (Transformer.forward)
+        self.model.eval()
+        for i in range(0, per, batch):
+            idx = mine[i:i + batch] or [0]  # a rank past its share scores request 0 and discards it
+            length = -(-max(len(windows[j]) - 1 for j in idx) // 16) * 16
+            width = max(n_cont[j] for j in idx) if select else length
+            x = np.full((len(idx), length), self.stream.eos_id, dtype=np.int64)
+            y = np.full((len(idx), width), -100, dtype=np.int64)
+            at = np.zeros((len(idx), width), dtype=np.int64)
+            for r, j in enumerate(idx):
+                w, k = windows[j], n_cont[j]
+                x[r, :len(w) - 1] = w[:-1]
+                start = len(w) - 1 - k  # the input position predicting the answer's first token
+                if select:
+                    y[r, :k], at[r, :k] = w[-k:], np.arange(start, start + k)
+                else:
+                    y[r, start:start + k] = w[-k:]
+            xt, yt = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+            with self._loss_context():
+                logits = self.model(xt, torch.from_numpy(at).to(self.device) if select else None)
+                ce = F.cross_entropy(logits.flatten(0, 1).float(), yt.flatten(), reduction="none")
+            ce = ce.full_tensor() if isinstance(ce, DTensor) else ce
+            if mine[i:i + batch]:
+                out[torch.tensor(idx, device=self.device)] = -ce.view(len(idx), width).double().sum(dim=1)
+        self.model.train()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)  # TP ranks of one group hold the same values
+        return (out / (dist.get_world_size() // dp)).cpu().numpy()
+
+
+def noise_window(total_steps: int, logging) -> set[int]:
+    """The last step and noise_points - 1 more, noise_stride apart: the evaluations whose spread is σ."""
+    return {s for s in (total_steps - i * logging.noise_stride for i in range(logging.noise_points)) if s > 0}
+
+
+def evaluation_steps(total_steps: int, logging) -> set[int]:
+    """Steps after which the run evaluates: every eval_interval, and the noise window (the last step in it)."""
+    return set(range(logging.eval_interval, total_steps + 1, logging.eval_interval)) | noise_window(total_steps, logging)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Spike guard
 
@@ -273,6 +334,7 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
     schema.write_parquet(state["records"], STEPS, out_dir / "steps.parquet")
     schema.write_parquet(state["spikes"], SPIKES, out_dir / "spikes.parquet")
     schema.write_parquet(state["heldout"], HELDOUT, out_dir / "heldout.parquet")
+    schema.write_parquet(state["bench"], BENCHMARKS, out_dir / "benchmarks.parquet")
     final, tmp = out_dir / "final", out_dir / ".tmp-final"
     tmp.mkdir(parents=True, exist_ok=True)
     weights = {k: v.float().contiguous() for k, v in full.items()
@@ -295,7 +357,7 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
 
 def train(run_cfg: Mapping, data_root: str | Path, out_dir: str | Path, live_dir: str | Path | None,
           tokens_dir: str | Path | None = None, plan_dir: str | Path | None = None,
-          stop_after: int | None = None) -> dict:
+          stop_after: int | None = None, evalset: str | Path | None = None) -> dict:
     """Train (or resume) the run described by {"model": ..., "train": ...} on data_root's plan.
 
     tokens_dir and plan_dir default to data_root/tokenize and data_root/mixture. Returns the summary
@@ -303,24 +365,29 @@ def train(run_cfg: Mapping, data_root: str | Path, out_dir: str | Path, live_dir
     complete checkpoint is there, whatever the layout it was written under.
     stop_after: leave after this many steps with a checkpoint and without final outputs, as a job that
     reaches its time limit would; the next call resumes there. The schedule still spans the whole run.
+    evalset: the evalset stage's requests.parquet, scored at every evaluation (none: held-out loss only).
     """
     cfg = parse_run(run_cfg)
     device, created = init_distributed(cfg.train.device)
     try:
         stream = PlanStream(tokens_dir or Path(data_root) / "tokenize", plan_dir or Path(data_root) / "mixture")
-        return _run(cfg, stream, device, Path(out_dir), Path(live_dir) if live_dir else None, stop_after)
+        requests = EvalSet(evalset, cfg.train.seq_len) if evalset is not None else None
+        return _run(cfg, stream, device, Path(out_dir), Path(live_dir) if live_dir else None, stop_after, requests)
     finally:
         if created:
             dist.destroy_process_group()
 
 
 def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path, live_dir: Path | None,
-         stop_after: int | None) -> dict:
+         stop_after: int | None, requests: EvalSet | None = None) -> dict:
     t = cfg.train
     rank = dist.get_rank()
     size = model_size(cfg.model, stream.vocab_size, t.seq_len)
     total_steps = plan_steps(cfg, stream, size["params"])
+    eval_at, window = evaluation_steps(total_steps, t.logging), noise_window(total_steps, t.logging)
     trainer = Trainer(cfg, stream, device)
+    if t.data_seed is not None:  # the run's own windows in a seeded order
+        trainer.loader.order = np.random.default_rng(t.data_seed).permutation(total_steps)
     decay_at = stream.phase_start(t.schedule.decay_phase) if t.schedule.decay_phase else None
     schedule = make_schedule(t.schedule, t.optimizer.lr, total_steps,
                              None if decay_at is None else decay_at // t.tokens_per_step)
@@ -335,7 +402,8 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             raise TrainError(f"the checkpoint in {ckpt.root} is at step {state['step']}, past this run's "
                              f"{total_steps} steps")
     else:
-        state = {"step": 0, "records": [], "spikes": [], "heldout": [], "losses": [], "norms": [], "consecutive": 0}
+        state = {"step": 0, "records": [], "spikes": [], "heldout": [], "bench": [], "losses": [], "norms": [],
+                 "consecutive": 0}
     heldout = heldout_sequences(stream.tokens_dir, stream.plan_dir, t.seq_len, t.logging.eval_sequences,
                                 stream.eos_id, stream.dtype)
 
@@ -346,6 +414,8 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         # dvcyaml=False: the stage's dvc.yaml declares the plots; DVCLive must not rewrite it.
         live = Live(str(live_dir), resume=resumed, save_dvc_exp=False, dvcyaml=False, report=None)
 
+    timing = {"step_seconds": [], "tokens": 0, "benchmark_eval_seconds": 0.0}
+
     def evaluate(step_done: int) -> dict[str, float]:
         out = {}
         for bucket, seqs in heldout.items():
@@ -353,10 +423,25 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             if n:
                 out[bucket] = loss
                 state["heldout"].append({"step": step_done, "bucket": bucket, "loss": loss, "sequences": n})
-        if live is not None and out:
+        scores = {}
+        # Benchmarks at the noise window only: their spread there is the run's σ, and each evaluation costs
+        # about as much as several training steps of a small model (RESULTS.md, "Evaluation").
+        if requests is not None and len(requests) and step_done in window:
+            started = time.perf_counter()
+            scores = requests.scores(trainer.loglikelihoods(requests.windows, requests.n_cont))
+            timing["benchmark_eval_seconds"] += time.perf_counter() - started
+            for bench, metrics in scores.items():
+                for metric, s in metrics.items():
+                    state["bench"].append({"step": step_done, "benchmark": bench, "metric": metric,
+                                           **{k: s[k] for k in ("all", "all_stderr", "clean", "clean_stderr")}})
+        if live is not None and (out or scores):
             live.step = step_done
             for bucket, loss in out.items():
                 live.log_metric(f"heldout/{bucket}/loss", loss)
+            for metric in METRICS:
+                mean = macro_average(scores, metric)
+                if mean is not None:
+                    live.log_metric(f"benchmarks/{metric}", mean[0])
         return out
 
     start_step = state["step"]
@@ -364,7 +449,6 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         evaluate(0)
     peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", t.logging.peak_flops)
     devices = dist.get_world_size()
-    timing = {"step_seconds": [], "tokens": 0}
     def timing_of() -> dict:
         """Throughput over the steps this process ran, the first left out (compilation, allocator warm-up)."""
         secs = timing["step_seconds"][1:] or timing["step_seconds"]
@@ -377,6 +461,7 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             "mfu_causal": mfu(tps, size["flops_per_token_causal"], devices, peak) if tps else None,
             "peak_flops_per_device": peak, "peak_memory_bytes": _peak_memory(device),
             "resumed_from_step": start_step if resumed else None,
+            "benchmark_eval_seconds": round(timing["benchmark_eval_seconds"], 3),
         }
 
     interval_start, interval_tokens = time.perf_counter(), 0
@@ -412,7 +497,8 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
                 "doc_ids": trainer.loader.doc_ids(step)})
             if rank == 0:
                 print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {norm:.4f})", flush=True)
-        state["records"].append({"step": step, "phase": batch.phase, "tokens_hash": batch.tokens_hash,
+        state["records"].append({"step": step, "window": trainer.loader.window(step), "phase": batch.phase,
+                                 "tokens_hash": batch.tokens_hash,
                                  "tokens": (step + 1) * t.tokens_per_step, "loss": loss, "grad_norm": norm,
                                  "lr": lr, "skipped": reason is not None, "skip_reason": reason})
         if device.type == "cuda":
@@ -442,7 +528,7 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             live.next_step()
         if (step + 1) % t.logging.log_interval == 0 or last:
             interval_start, interval_tokens = time.perf_counter(), 0
-        if (step + 1) % t.logging.eval_interval == 0 or last:
+        if step + 1 in eval_at:
             evaluate(step + 1)
         stop = stop_after is not None and step + 1 >= stop_after and not last
         if (step + 1) % t.checkpoint.interval == 0 or last or stop:
@@ -452,13 +538,14 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             if live is not None:
                 live.end()
             return {"stopped_at": step + 1, "steps": total_steps, "timing": timing_of()}
-        if (step + 1) % t.logging.eval_interval == 0 or (step + 1) % t.checkpoint.interval == 0 or last:
+        if step + 1 in eval_at or (step + 1) % t.checkpoint.interval == 0 or last:
             interval_start = time.perf_counter()  # evaluation and checkpoint time is not training throughput
 
     summary = _summary(cfg, state, size, total_steps)
     summary["timing"] = timing_of()
     _write_outputs(out_dir, state, trainer, cfg, summary)
     if live is not None:
+        live.log_metric("perf/benchmark_eval_seconds", summary["timing"]["benchmark_eval_seconds"], plot=False)
         live.end()
     return summary
 
@@ -477,4 +564,41 @@ def _summary(cfg: RunConfig, state: dict, size: dict, total_steps: int) -> dict:
         "params": size["params"], "matmul_params": size["matmul_params"],
         "flops_per_token": size["flops_per_token"], "flops_per_token_causal": size["flops_per_token_causal"],
         "total_flops": size["flops_per_token"] * total_steps * t.tokens_per_step,
+        **_benchmark_summary(state, final_step, noise_window(total_steps, t.logging)),
     }
+
+
+def _benchmark_summary(state: dict, final_step: int | None, window: set[int]) -> dict:
+    """The final in-loop benchmark scores, their mean over the benchmarks, and the noise of every figure:
+    the sample standard deviation of its values over the evaluations of the noise window."""
+    by_step: dict[int, dict] = {}
+    for r in state["bench"]:
+        by_step.setdefault(r["step"], {}).setdefault(r["benchmark"], {})[r["metric"]] = r
+    series: dict[str, dict[int, float]] = {}
+    for h in state["heldout"]:
+        losses = [x["loss"] for x in state["heldout"] if x["step"] == h["step"]]
+        series.setdefault("heldout_mean", {})[h["step"]] = float(np.mean(losses))
+    for step, scores in by_step.items():
+        for metric in METRICS:
+            for column, suffix in (("all", ""), ("clean", "_clean")):
+                mean = macro_average(scores, metric, column)
+                if mean is not None:
+                    series.setdefault(f"benchmarks_mean.{metric}{suffix}", {})[step] = mean[0]
+        for bench, metrics in scores.items():
+            for metric, r in metrics.items():
+                if r["all"] is not None:
+                    series.setdefault(f"{bench}.{metric}", {})[step] = r["all"]
+    noise = {}
+    for name, values in sorted(series.items()):
+        points = [v for step, v in values.items() if step in window]
+        noise[name] = float(np.std(points, ddof=1)) if len(points) >= 2 else None
+    final = by_step.get(final_step, {})
+    mean = {}
+    for metric in METRICS:
+        for column, suffix in (("all", ""), ("clean", "_clean")):
+            avg = macro_average(final, metric, column)
+            if avg is not None:
+                mean[f"{metric}{suffix}"], mean[f"{metric}{suffix}_stderr"] = avg
+    return {"benchmarks": {b: {m: {k: r[k] for k in ("all", "all_stderr", "clean", "clean_stderr")}
+                               for m, r in sorted(ms.items())} for b, ms in sorted(final.items())},
+            "benchmarks_mean": mean, "noise": noise, "noise_steps": sorted(window)}

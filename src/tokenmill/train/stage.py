@@ -39,7 +39,7 @@ from tokenmill.train.config import LaunchConfig, TrainConfigError, mesh_shape, p
 
 # Files of a finished run that are a function of configuration and data alone (contract 5). Checkpoints
 # are not among them: they exist to resume, and DCP's metadata is not promised to be byte-stable.
-CONTENT = ("steps.parquet", "spikes.parquet", "heldout.parquet", "summary.json", "final")
+CONTENT = ("steps.parquet", "spikes.parquet", "heldout.parquet", "benchmarks.parquet", "summary.json", "final")
 RUN_KEY = "run_key.json"
 
 
@@ -48,16 +48,29 @@ class LaunchError(RuntimeError):
 
 
 def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
-    """A rung of the scout ladder ({model: {...}, token_budget: N}) with the full run's recipe (train).
+    """A rung of the scout ladder ({model: {...}, token_budget: N[, seeds: K]}) with the full run's recipe
+    (train).
 
     token_budget null trains it, like the full run, on train.tokens_per_param x its own parameters."""
-    if not isinstance(scout, Mapping) or set(scout) != {"model", "token_budget"}:
+    if not isinstance(scout, Mapping) or not {"model", "token_budget"} <= set(scout) <= {"model", "token_budget", "seeds"}:
         got = sorted(scout) if isinstance(scout, Mapping) else type(scout).__name__
-        raise TrainConfigError(f"a scout needs exactly the keys model and token_budget, got {got}")
+        raise TrainConfigError(f"a scout needs the keys model and token_budget (and optionally seeds), got {got}")
     budget = scout["token_budget"]
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)):
         raise TrainConfigError(f"scouts.*.token_budget: expected an integer or null, got {budget!r}")
     return {"model": dict(scout["model"]), "train": {**dict(train_cfg), "token_budget": budget}}
+
+
+def seed_replicas(scout: Mapping, run_cfg: Mapping) -> list[dict]:
+    """The rung's seed replicas beyond the first (scouts.<rung>.seeds, default 1): replica k initialises with
+    train.seed + k and trains on the rung's windows in an order drawn with data_seed k. The spread of the
+    replicas' final scores is the seed noise of the rung (tokenmill.evaluate.signal)."""
+    seeds = scout.get("seeds", 1)
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise TrainConfigError(f"scouts.*.seeds: expected a positive integer, got {seeds!r}")
+    train = run_cfg["train"]
+    return [{"model": run_cfg["model"], "train": {**train, "seed": train.get("seed", 0) + k, "data_seed": k}}
+            for k in range(1, seeds)]
 
 
 def run_key(run_cfg: Mapping, inputs: Mapping[str, str]) -> str:
@@ -76,8 +89,8 @@ def content_digest(out_dir: Path) -> str:
     return h.hexdigest()
 
 
-def torchrun_command(launch: LaunchConfig, config_file: Path, data_root: Path, out_dir: Path, live_dir: Path,
-                     plan_dir: Path, tokens_dir: Path) -> list[str]:
+def torchrun_command(launch: LaunchConfig, config_file: Path, data_root: Path, out_dir: Path, live_dir: Path | None,
+                     plan_dir: Path, tokens_dir: Path, evalset: Path | None = None) -> list[str]:
     """One node: `torchrun --standalone`. Several: every node runs this same command with
     TOKENMILL_RDZV_ENDPOINT=<head-host>:<port> set (docs/training.md shows the Slurm script)."""
     nnodes, nproc = launch.nnodes, launch.nproc_per_node
@@ -92,29 +105,76 @@ def torchrun_command(launch: LaunchConfig, config_file: Path, data_root: Path, o
         cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
                 f"--rdzv-id={config_file.parent.name}"]
     return cmd + ["-m", "tokenmill.train", "--config", str(config_file), "--data-root", str(data_root),
-                  "--out", str(out_dir), "--live", str(live_dir), "--plan", str(plan_dir),
-                  "--tokens", str(tokens_dir)]
+                  "--out", str(out_dir), "--plan", str(plan_dir), "--tokens", str(tokens_dir)] + \
+        (["--live", str(live_dir)] if live_dir is not None else []) + \
+        (["--evalset", str(evalset)] if evalset is not None else [])
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+def run_metrics(summary: Mapping, replicas: list[Mapping] = ()) -> dict:
+    """What `dvc exp show` compares of a run: its size and final losses; the mean over buckets of the final
+    held-out loss (heldout_mean) and the in-loop benchmark means, each beside its σ over the noise window
+    (loop.py); with seed replicas, also each figure's spread over the seeds (*_seed_sigma)."""
+    metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
+                                            "heldout_loss", "skipped_steps") if k in summary}
+    figures = {}
+    for s in (summary, *replicas):
+        noise, values = s.get("noise") or {}, {}
+        if s.get("heldout_loss"):
+            values["heldout_mean"] = (sum(s["heldout_loss"].values()) / len(s["heldout_loss"]), noise.get("heldout_mean"))
+        for name, value in (s.get("benchmarks_mean") or {}).items():
+            values[f"benchmarks_{name}"] = (value, None if name.endswith("_stderr") else
+                                            noise.get(f"benchmarks_mean.{name}"))
+        for key, pair in values.items():
+            figures.setdefault(key, []).append(pair)
+    for key, pairs in figures.items():
+        metrics[key] = round(pairs[0][0], 4) if key == "heldout_mean" else _round(pairs[0][0])
+        if key.endswith("_stderr"):
+            continue
+        metrics[f"{key}_sigma"] = _round(pairs[0][1])
+        if len(pairs) > 1:
+            values = [v for v, _ in pairs]
+            mean = sum(values) / len(values)
+            metrics[f"{key}_seed_sigma"] = _round((sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5)
+    if replicas:
+        metrics["seeds"] = 1 + len(replicas)
+    return metrics
 
 
 def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_stage: str, token_stage: str,
-                    out_dir: str | Path, live_dir: str | Path, metrics_path: str | Path,
-                    runs_dir: str | Path = "runs", metrics_group: str | None = None) -> dict:
+                    out_dir: str | Path, live_dir: str | Path | None, metrics_path: str | Path | None,
+                    runs_dir: str | Path = "runs", metrics_group: str | None = None,
+                    evalset_stage: str | None = None, replicas: list[Mapping] = ()) -> dict:
     """Train (or resume) one run; returns its summary. Errors in the configuration stop it before launch.
+    evalset_stage: the stage whose requests.parquet the run scores at every evaluation (in-loop benchmarks).
+    replicas: seed replicas of a scout rung (seed_replicas), trained after it into out_dir/replicas/seed<k>,
+    each with its own manifest and run record (stage "<stage>#seed<k>"); the metrics then carry the seed
+    spread. live_dir and metrics_path None: no DVCLive, no metrics file (a replica).
 
     metrics_group nests the metrics (scouts: "scout"), so `dvc exp show` keeps the full run's top-level
     names (heldout_mean) to itself."""
     started = time.perf_counter()
     train = parse_run(run_cfg).train  # one line naming the key, before any process starts ...
     mesh_shape(train, train.launch.nnodes * train.launch.nproc_per_node)  # ... or the layout that misfits the launch
-    data_root, out_dir, live_dir = Path(data_root), Path(out_dir), Path(live_dir)
+    for replica in replicas:
+        parse_run(replica)
+    data_root, out_dir = Path(data_root), Path(out_dir)
+    live_dir = Path(live_dir) if live_dir is not None else None
     plan_dir, tokens_dir = data_root / plan_stage, data_root / token_stage
     inputs = {plan_stage: input_id(plan_dir), token_stage: input_id(tokens_dir)}
+    evalset = data_root / evalset_stage / "requests.parquet" if evalset_stage else None
+    if evalset_stage:
+        inputs[evalset_stage] = input_id(data_root / evalset_stage)
     key = run_key(run_cfg, inputs)
 
     stamp = out_dir / RUN_KEY
     if out_dir.exists() and (not stamp.exists() or json.loads(stamp.read_text())["run_key"] != key):
         shutil.rmtree(out_dir)  # another run's checkpoints: never resume across configurations or data
-        shutil.rmtree(live_dir, ignore_errors=True)
+        if live_dir is not None:
+            shutil.rmtree(live_dir, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(stamp, {"run_key": key, "config": run_cfg, "inputs": inputs})
     config_file = out_dir / "run_config.json"
@@ -122,7 +182,7 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
 
     log = Path(runs_dir) / f"{stage}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = torchrun_command(train.launch, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir)
+    cmd = torchrun_command(train.launch, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir, evalset)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     end_with_launcher(stage)  # under dvc: this stage ends when dvc does ...
     with open(log, "w") as f:  # ... and torchrun with this stage
@@ -138,14 +198,19 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     digest = content_digest(out_dir)
     write_json(out_dir / "manifest.json", {"stage": stage, "input_stage": plan_stage, "run_key": key,
                                            "digest": digest, "summary": summary})
-    metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
-                                            "heldout_loss", "skipped_steps") if k in summary}
-    # One number to compare runs by (`dvc exp show`): the mean over buckets of the final held-out loss.
-    if summary.get("heldout_loss"):
-        metrics["heldout_mean"] = round(sum(summary["heldout_loss"].values()) / len(summary["heldout_loss"]), 4)
-    write_json(metrics_path, {metrics_group: metrics} if metrics_group else metrics)
+    replica_root = out_dir / "replicas"
+    kept = {f"seed{k}" for k in range(1, len(replicas) + 1)}
+    for old in sorted(replica_root.glob("*")) if replica_root.is_dir() else ():
+        if old.name not in kept:  # a replica of a larger seed count than the current one
+            shutil.rmtree(old)
+    replica_summaries = [run_train_stage(f"{stage}#seed{k}", replica, data_root, plan_stage, token_stage,
+                                         replica_root / f"seed{k}", None, None, runs_dir, None, evalset_stage)
+                         for k, replica in enumerate(replicas, 1)]
+    if metrics_path is not None:
+        metrics = run_metrics(summary, replica_summaries)
+        write_json(metrics_path, {metrics_group: metrics} if metrics_group else metrics)
 
-    live_metrics = live_dir / "metrics.json"
+    live_metrics = live_dir / "metrics.json" if live_dir is not None else None
     files = code_files()
     versions = library_versions(("torch", "numpy", "safetensors", "dvclive"))
     code = code_version(files)
@@ -153,7 +218,7 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
         "stage": stage, "run_id": run_id(run_cfg, inputs, code, versions), "input_stage": plan_stage,
         "params": run_cfg, "inputs": inputs, "code_version": code, "versions": versions, "digest": digest,
         "counts": {}, "seconds": round(time.perf_counter() - started, 3),
-        "timing": json.loads(live_metrics.read_text()).get("perf", {}) if live_metrics.exists() else {},
+        "timing": json.loads(live_metrics.read_text()).get("perf", {}) if live_metrics and live_metrics.exists() else {},
         "argv": sys.argv, "command": cmd, "log": str(log),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })

@@ -1,0 +1,108 @@
+"""Which metric to trust: signal, noise and their ratio over a ladder of runs ("Signal and Noise", 2025).
+
+Every training run records, per metric, its final value and its noise: the standard deviation over the
+evaluations of its noise window (tokenmill.train.loop.noise_window) and, for a scout rung trained with
+several seeds, the standard deviation over the replicas' final values. Over the ladder (the scouts and the
+full run):
+  signal  the spread of the runs' final values (largest minus smallest): how far apart the metric puts models
+          that differ by design (size, tokens)
+  noise   the root mean square of the runs' σ: how far it moves when nothing but the checkpoint or the seed
+          does
+  snr     signal / noise. A metric with a higher SNR ranks models correctly more often (the paper's finding);
+          the decision metric is the candidate with the highest SNR on the ladder at hand.
+Two runs are told apart when their difference exceeds 2 sqrt(σa² + σb²).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Iterable, Mapping
+
+# The metrics a decision can rest on: the held-out loss (mean over buckets) and the in-loop benchmark means.
+CANDIDATES = ("heldout_mean", "benchmarks_mean.bpb", "benchmarks_mean.prob_norm", "benchmarks_mean.acc_norm",
+              "benchmarks_mean.acc")
+LOWER_IS_BETTER = {"heldout_mean", "benchmarks_mean.bpb"}
+
+
+def run_figures(summary: Mapping) -> dict[str, tuple[float, float | None]]:
+    """{metric: (final value, σ over the noise window)} of one run's summary (tokenmill.train.loop)."""
+    noise = summary.get("noise") or {}
+    out: dict[str, tuple[float, float | None]] = {}
+    heldout = summary.get("heldout_loss") or {}
+    if heldout:
+        out["heldout_mean"] = (sum(heldout.values()) / len(heldout), noise.get("heldout_mean"))
+    for name, value in (summary.get("benchmarks_mean") or {}).items():
+        if not name.endswith("_stderr"):
+            out[f"benchmarks_mean.{name}"] = (value, noise.get(f"benchmarks_mean.{name}"))
+    for bench, metrics in (summary.get("benchmarks") or {}).items():
+        for metric, s in metrics.items():
+            if s.get("all") is not None:
+                out[f"{bench}.{metric}"] = (s["all"], noise.get(f"{bench}.{metric}"))
+    return out
+
+
+def combine_replicas(replicas: list[dict[str, tuple[float, float | None]]]) -> dict[str, tuple[float, float | None]]:
+    """One rung trained with several seeds: the mean of the replicas' values, and a σ that pools the
+    checkpoint noise with the spread over seeds (the larger of the two per metric, so a single seed's
+    window never hides the seed variance)."""
+    if len(replicas) == 1:
+        return dict(replicas[0])
+    out = {}
+    for metric in set.intersection(*(set(r) for r in replicas)):
+        values = [r[metric][0] for r in replicas]
+        mean = sum(values) / len(values)
+        seed_sigma = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        window = [r[metric][1] for r in replicas if r[metric][1] is not None]
+        checkpoint_sigma = math.sqrt(sum(s * s for s in window) / len(window)) if window else 0.0
+        out[metric] = (mean, max(seed_sigma, checkpoint_sigma))
+    return out
+
+
+def ladder_table(runs: Mapping[str, Mapping[str, tuple[float, float | None]]],
+                 metrics: Iterable[str] | None = None) -> list[dict]:
+    """One row per metric present in every run: each run's value and σ, signal, noise, snr (module docstring)."""
+    if not runs:
+        return []
+    common = set.intersection(*(set(r) for r in runs.values()))
+    names = [m for m in (metrics if metrics is not None else sorted(common)) if m in common]
+    rows = []
+    for metric in names:
+        values = {run: figures[metric][0] for run, figures in runs.items()}
+        sigmas = [figures[metric][1] for figures in runs.values() if figures[metric][1] is not None]
+        signal = max(values.values()) - min(values.values())
+        noise = math.sqrt(sum(s * s for s in sigmas) / len(sigmas)) if sigmas else None
+        rows.append({"metric": metric, "values": values,
+                     "sigmas": {run: figures[metric][1] for run, figures in runs.items()},
+                     "signal": signal, "noise": noise,
+                     "snr": signal / noise if noise else None,
+                     "lower_is_better": metric in LOWER_IS_BETTER or metric.endswith(".bpb")})
+    return rows
+
+
+def decision_metric(rows: list[dict]) -> str | None:
+    """The candidate metric with the highest signal-to-noise ratio."""
+    scored = [r for r in rows if r["metric"] in CANDIDATES and r["snr"] is not None]
+    return max(scored, key=lambda r: r["snr"])["metric"] if scored else None
+
+
+def separated(a: tuple[float, float | None], b: tuple[float, float | None], k: float = 2.0) -> bool:
+    """Whether two runs' values differ by more than k combined σ."""
+    sigma = math.sqrt((a[1] or 0.0) ** 2 + (b[1] or 0.0) ** 2)
+    return abs(a[0] - b[0]) > k * sigma
+
+
+def read_ladder(train_root: str | Path) -> dict[str, dict[str, tuple[float, float | None]]]:
+    """{run: figures} of the finished runs under data/train: scout/<rung> (with its seed replicas,
+    scout/<rung>/replicas/seed<k>, combined) and pretrain."""
+    train_root = Path(train_root)
+    runs = {}
+    for summary in sorted(train_root.glob("scout/*/summary.json")):
+        replicas = sorted(summary.parent.glob("replicas/*/summary.json"))
+        runs[f"scout/{summary.parent.name}"] = combine_replicas(
+            [run_figures(json.loads(p.read_text())) for p in (summary, *replicas)])
+    full = train_root / "pretrain" / "summary.json"
+    if full.exists():
+        runs["pretrain"] = run_figures(json.loads(full.read_text()))
+    return runs
