@@ -34,7 +34,7 @@ def main(export_stage: str, plan_stage: str, documents_stage: str) -> int:
         rows = ladder_table(read_ladder("data/train"), CANDIDATES)
         run.metrics["decision_metric"] = decision_metric(rows)
         run.metrics["ladder"] = {r["metric"]: {k: None if r[k] is None else round(r[k], 6)
-                                               for k in ("signal", "noise", "snr")} for r in rows}
+                                               for k in ("signal", "noise", "snr", "order")} for r in rows}
     print(f"evaluate: {run.metrics.get('benchmarks_mean')}; decision metric {run.metrics['decision_metric']}")
     return 0
 

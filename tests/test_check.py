@@ -19,6 +19,7 @@ from tokenmill.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+from tokenmill.benchmarks import KNOWN  # noqa: E402
 
 
 def _params(tmp_path: Path, *overrides: str) -> dict:
@@ -35,6 +36,9 @@ def _project(tmp_path: Path, warc_dir: Path | None = None, reference: bool = Tru
         shutil.copy(warc_dir / "resiliparse_warcfile.warc.gz", root / "data" / "raw" / "warc")
     (root / "data" / "sample" / "eval").mkdir(parents=True)
     (root / "data" / "sample" / "eval" / "heldout.jsonl").write_text("")
+    (root / "data" / "benchmarks").mkdir()  # what the benchmarks stage writes before the check runs
+    for name in KNOWN:
+        (root / "data" / "benchmarks" / f"{name}.jsonl").write_text("")
     if reference:
         (root / "data" / "sample" / "reference").mkdir()
         (root / "data" / "sample" / "reference" / "reference-00000.parquet").write_bytes(b"")
@@ -80,14 +84,15 @@ def test_mixture_phase_with_no_bucket_the_sources_fill(tmp_path, warc_dir):
 
 def test_missing_benchmark_file_and_a_file_outside_the_stage_dependencies(tmp_path, warc_dir):
     params = _params(tmp_path, "source=crawl")
+    n = len(params["decontaminate"]["benchmarks"])  # the shipped ones (real benchmarks, the sample's own)
     params["decontaminate"]["benchmarks"] += [
         {"name": "gsm8k", "format": "gsm8k", "path": "data/user/benchmarks/gsm8k/test.jsonl"},
         {"name": "arc", "format": "llm_foundry", "path": str(warc_dir / "SOURCES.md")}]
     result = check_config(params, DVC, _project(tmp_path, warc_dir))
-    assert result["problems"][0] == ("decontaminate.benchmarks[1]: gsm8k: no file "
+    assert result["problems"][0] == (f"decontaminate.benchmarks[{n}]: gsm8k: no file "
                                      "'data/user/benchmarks/gsm8k/test.jsonl'; put it there, or mark it "
                                      "`optional: true`")
-    outside = [p for p in result["problems"] if p.startswith("decontaminate.benchmarks[2]")]
+    outside = [p for p in result["problems"] if p.startswith(f"decontaminate.benchmarks[{n + 1}]")]
     assert [p.split(" stage")[0].rsplit(" ", 1)[-1] for p in outside] == ["decontaminate", "evaluate"]
     assert all(p.endswith("so editing it would rerun nothing; move it under data/user/benchmarks/") for p in outside)
 

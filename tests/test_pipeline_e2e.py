@@ -15,17 +15,19 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 import dvc_deps
-from tiny_run import copy_project
+from tiny_run import copy_project, small_benchmarks
 from tiny_run import run as _run  # dvc and tokenmill from this venv, a git identity, no progress bars
 from tokenmill import lineage
 from tokenmill.config import compose
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_STAGES = ["sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer", "tokenize"]
+DATA_STAGES = ["benchmarks", "sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer",
+               "tokenize", "evalset"]
 
 
 def _check_step_tokens(con, token_dir, step):
@@ -44,7 +46,6 @@ def _check_step_tokens(con, token_dir, step):
 # `dvc exp run`, which recomposes params.yaml from conf/, composes the same small configuration.
 TEST_SIZE = """
 sample: {n_docs: 800, eval_items: 40, planted_eval_items: 8, planted_benchmark_items: 11}
-benchmarks: {max_items: 200}
 tokenizer: {vocab_size: 2000}
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
@@ -74,6 +75,7 @@ def _fresh_clone(root: Path) -> Path:
     scale = (repo / "conf" / "scale" / "cpu_demo.yaml").read_text()  # the scale picks its ladder
     assert "  - /scouts: cpu_demo\n" in scale
     (repo / "conf" / "scale" / "cpu_demo.yaml").write_text(scale.replace("/scouts: cpu_demo", "/scouts: test"))
+    small_benchmarks(repo / "conf" / "config.yaml")
     with open(repo / "conf" / "config.yaml", "a") as f:
         f.write(TEST_SIZE)
     _run(["git", "init", "-q"], repo)
@@ -109,11 +111,20 @@ def test_demo_dag(demo):
     assert _ran(out) == set(STAGES)
     verify = _run(["tokenmill", "audit", "verify"], repo)
     assert "conservation holds" in verify.stdout
+    # The seed replica trained the rung's windows in another order, and its fed tokens check out against the
+    # plan window by window; its scores carry a seed spread beside the checkpoint spread.
+    assert "scout@s1#seed1" in verify.stdout.split("fed exactly the plan's tokens")[1].splitlines()[0]
+    replica = pq.read_table(repo / "data" / "train" / "scout" / "s1" / "replicas" / "seed1" / "steps.parquet")
+    windows = replica.column("stream_window").to_pylist()
+    assert sorted(windows) == list(range(len(windows))) and windows != sorted(windows)
+    rung = json.loads((repo / "metrics" / "train" / "scout" / "s1.json").read_text())["scout"]
+    assert rung["seeds"] == 2 and rung["heldout_mean_seed_sigma"] > 0 and rung["benchmarks_bpb_seed_sigma"] > 0
 
     truth = json.loads((repo / "data" / "sample" / "ground_truth.json").read_text())
     con = lineage.connect(repo / "lineage" / lineage.DB_NAME, extra=lineage.audit_tables(repo))
     # Every stage that ran left its run record: the audit's stage_runs has a row for each (issue 11, item 4).
-    assert {s for (s,) in con.execute("SELECT stage FROM stage_runs").fetchall()} == set(STAGES)
+    # The seed replica of the first rung (TEST_SCOUTS: seeds 2) has its own run record.
+    assert {s for (s,) in con.execute("SELECT stage FROM stage_runs").fetchall()} == set(STAGES) | {"scout@s1#seed1"}
     # Every planted case is scored by the lineage stage (src/tokenmill/lineage/planted.py): none may be
     # handled wrongly, and for every kind most must have reached the stage meant to catch them (the rest were
     # removed by an earlier stage, so never reach training either).
@@ -409,7 +420,7 @@ def test_two_fresh_clones_build_identical_data(demo, tmp_path):
     another fresh clone, gives the same dvc.lock hash for each of them."""
     repo, _, lock = demo
     other = _fresh_clone(tmp_path)
-    _run(["dvc", "repro", "mixture"], other)
+    _run(["dvc", "repro", "mixture", "evalset"], other)
     data = DATA_STAGES + ["mixture"]
     first = {s: st["outs"] for s, st in yaml.safe_load(lock)["stages"].items() if s in data}
     second = {s: st["outs"] for s, st in yaml.safe_load((other / "dvc.lock").read_text())["stages"].items()}

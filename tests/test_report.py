@@ -24,7 +24,7 @@ from tokenmill.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ["funnel", "languages", "quality", "duplicates", "mixture", "contamination", "training", "scaling",
-            "evaluation"]
+            "evaluation", "signal_noise"]
 
 
 @pytest.fixture(scope="module")
@@ -171,11 +171,15 @@ def test_report_tables_hold_the_runs_numbers(tiny, report):
                                               "WHERE stage_order IS NOT NULL").fetchall():
             assert re.search(rf"<td class=\"txt\">{stage}</td><td class=\"num\">{n_in:,}</td>"
                              rf"<td class=\"num\">{n_out:,}</td>", page), stage
-        dirty = con.execute("SELECT count(DISTINCT item_id) FROM contamination WHERE contaminated").fetchone()[0]
+        dirty = con.execute("SELECT count(DISTINCT item_id) FROM contamination WHERE contaminated "
+                            "AND benchmark = 'tokenmill_heldout'").fetchone()[0]
+        real = con.execute("SELECT count(DISTINCT benchmark) FROM contamination c JOIN benchmarks USING (benchmark) "
+                           "WHERE c.contaminated").fetchone()[0]
         skipped = con.execute("SELECT count(*) FROM train_steps WHERE run = 'pretrain' AND skipped").fetchone()[0]
     finally:
         con.close()
     assert dirty > 0 and f'<td class="txt">tokenmill_heldout</td><td class="num">{dirty}</td>' in page
+    assert real >= 5  # real benchmark items planted in the crawl were caught (11 planted, one per benchmark)
     # Spikes: the tiny full run skips a few updates; each is listed.
     if skipped:
         assert "Spikes of pretrain" in page
@@ -189,6 +193,14 @@ def test_report_tables_hold_the_runs_numbers(tiny, report):
             assert f'<td class="num">{b["dirty_items"]}</td>' in page
     for bucket in results["heldout"]["buckets"]:
         assert f'<td class="txt">{bucket}</td>' in page
+    # Real benchmarks with their origin and licence, the non-commercial one marked.
+    assert "CC-BY-NC-3.0 (non-commercial)" in page and "allenai/ai2_arc ARC-Easy, validation" in page
+    # Signal and noise over the ladder: the runs' values ± σ and the decision metric the evaluate stage chose.
+    metrics = json.loads((tiny / "metrics" / "evaluate.json").read_text())
+    decision = metrics["decision_metric"]
+    assert decision in metrics["ladder"] and f'<td class="txt">{decision} (decision)</td>' in page
+    for metric, row in metrics["ladder"].items():
+        assert f'<td class="txt">{metric}' in page and row["signal"] >= 0 and row["noise"] > 0
     # The forecast against the actual full run.
     cmp = summary["forecast_comparison"]
     assert cmp["compute_as_predicted"] and f"{cmp['actual_loss']:.4g}" in page
@@ -203,7 +215,8 @@ def test_missing_inputs_say_not_run(tiny, tmp_path):
     forecast = bare / "data" / "forecast" / "prediction.json"
     summary = build_report(bare, bare / "reports", forecast=forecast,
                            evaluation=bare / "data" / "evaluate" / "results.json")
-    assert {k for k, v in summary["sections"].items() if v == "not run"} == {"training", "scaling", "evaluation"}
+    assert {k for k, v in summary["sections"].items() if v == "not run"} == {"training", "scaling", "evaluation",
+                                                                             "signal_noise"}
     page = (bare / "reports" / "index.html").read_text()
     assert "Not run: no evaluation results at" in page and "the evaluate stage has not run" in page
     assert "Not run: no forecast at" in page and "Not run: no training run has finished" in page

@@ -375,7 +375,9 @@ def test_heldout_loss_falls_and_audit_step_tokens_match_the_fed_hash(corpus, tmp
         assert start == pytest.approx(math.log(512), abs=0.3)  # a fresh model is near uniform
         assert summary["heldout_loss"][bucket] < start - 1.0, bucket
     held = pq.read_table(tmp_path / "run" / "heldout.parquet").to_pylist()
-    assert sorted({h["step"] for h in held}) == [0, 16, 32, 48]
+    # step 0, every eval_interval, and the noise window (the last step and 2 more, noise_stride 5 apart)
+    assert sorted({h["step"] for h in held}) == [0, 16, 32, 38, 43, 48]
+    assert summary["noise_steps"] == [38, 43, 48] and summary["noise"]["heldout_mean"] > 0
     out = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert "timing" not in out and out["steps"] == 48 and out["tokens"] == 48 * 256
     assert summary["timing"]["tokens_per_second"] > 0

@@ -24,7 +24,6 @@ IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
 # give the two-parameter power law a point to spare; each trains for tens of 512-token steps.
 TINY = """
 sample: {n_docs: 800, eval_items: 24, planted_eval_items: 6, planted_benchmark_items: 11}
-benchmarks: {max_items: 200}
 tokenizer: {vocab_size: 1000}
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
@@ -38,8 +37,8 @@ train:
   checkpoint: {interval: 1000}
 evaluate: {limit: 20, heldout_limit: 4, batch_size: 8, inloop_items: 4}
 scouts:
-  s1: {model: {n_layers: 1, d_model: 16, n_heads: 1, n_kv_heads: 1, ffn_dim: 48}, token_budget: 15000}
-  s2: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 25000}
+  s1: {model: {n_layers: 1, d_model: 16, n_heads: 1, n_kv_heads: 1, ffn_dim: 48}, token_budget: 15000, seeds: 1}
+  s2: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 25000, seeds: 1}
   s3: {model: {n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_dim: 144}, token_budget: 45000}
 """
 
@@ -60,6 +59,14 @@ PROJECT_FILES = ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md", "dat
                  "requirements-benchmarks.txt")
 
 
+def small_benchmarks(config: Path, items: int = 200) -> None:
+    """The benchmarks section of a copied conf/config.yaml cut to `items` per benchmark (decontamination indexes
+    fewer items; the first ones, which the evaluation takes, are the same)."""
+    text = config.read_text()
+    assert "\n  max_items: 1000 " in text
+    config.write_text(text.replace("\n  max_items: 1000 ", f"\n  max_items: {items} ", 1))
+
+
 def copy_project(repo: Path) -> None:
     """The files of PROJECT_FILES from this checkout (its working tree, uncommitted edits included) into repo."""
     repo.mkdir(parents=True, exist_ok=True)
@@ -75,6 +82,7 @@ def _fresh_clone(repo: Path) -> None:
     from tokenmill.config import compose
 
     copy_project(repo)
+    small_benchmarks(repo / "conf" / "config.yaml")
     with open(repo / "conf" / "config.yaml", "a") as f:
         f.write(TINY)
     run(["git", "init", "-q"], repo)

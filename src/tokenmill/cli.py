@@ -126,7 +126,7 @@ def audit_step(con, step: int, run: str | None = None) -> int:
     got, window = None, step  # the plan's order; a run with train.data_seed fed another window at this step
     if run is not None:
         tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
-        got = con.execute("SELECT loss, grad_norm, lr, skipped, skip_reason, tokens_hash, window FROM train_steps "
+        got = con.execute("SELECT loss, grad_norm, lr, skipped, skip_reason, tokens_hash, stream_window FROM train_steps "
                           "WHERE run = ? AND step = ?", [run, step]).fetchone() if "train_steps" in tables else None
         if got is None:
             print(f"tokenmill: run {run!r} has no step {step} (runs: "

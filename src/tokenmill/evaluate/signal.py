@@ -10,6 +10,9 @@ full run):
           does
   snr     signal / noise. A metric with a higher SNR ranks models correctly more often (the paper's finding);
           the decision metric is the candidate with the highest SNR on the ladder at hand.
+  order   Kendall's tau between the runs' order by training compute and their order by the metric (better
+          last): 1 when every larger run scores better. A metric can be far from its noise and still rank
+          the ladder wrongly; the table shows both.
 Two runs are told apart when their difference exceeds 2 sqrt(σa² + σb²).
 """
 
@@ -73,17 +76,31 @@ def ladder_table(runs: Mapping[str, Mapping[str, tuple[float, float | None]]],
         sigmas = [figures[metric][1] for figures in runs.values() if figures[metric][1] is not None]
         signal = max(values.values()) - min(values.values())
         noise = math.sqrt(sum(s * s for s in sigmas) / len(sigmas)) if sigmas else None
+        lower = metric in LOWER_IS_BETTER or metric.endswith(".bpb")
         rows.append({"metric": metric, "values": values,
                      "sigmas": {run: figures[metric][1] for run, figures in runs.items()},
                      "signal": signal, "noise": noise,
                      "snr": signal / noise if noise else None,
-                     "lower_is_better": metric in LOWER_IS_BETTER or metric.endswith(".bpb")})
+                     "order": _kendall([-v if lower else v for v in values.values()]),
+                     "lower_is_better": lower})
     return rows
 
 
+def _kendall(scores: list[float]) -> float | None:
+    """Kendall's tau between positions 0..n-1 (runs by compute) and the scores (higher is better)."""
+    pairs = [(i, j) for i in range(len(scores)) for j in range(i + 1, len(scores))]
+    if not pairs:
+        return None
+    sign = [(scores[j] > scores[i]) - (scores[j] < scores[i]) for i, j in pairs]
+    return sum(sign) / len(pairs)
+
+
 def decision_metric(rows: list[dict]) -> str | None:
-    """The candidate metric with the highest signal-to-noise ratio."""
-    scored = [r for r in rows if r["metric"] in CANDIDATES and r["snr"] is not None]
+    """The candidate metric with the highest signal-to-noise ratio among those that rank the ladder the right
+    way round (order > 0: larger runs score better more often than not). Measured on the demo ladder
+    (RESULTS.md): prob_norm and acc_norm stood 2-3 σ apart between the smallest scout and the full run, with
+    the smallest scout ahead — far from their noise and still wrong."""
+    scored = [r for r in rows if r["metric"] in CANDIDATES and r["snr"] is not None and (r["order"] or 0) > 0]
     return max(scored, key=lambda r: r["snr"])["metric"] if scored else None
 
 
@@ -94,15 +111,17 @@ def separated(a: tuple[float, float | None], b: tuple[float, float | None], k: f
 
 
 def read_ladder(train_root: str | Path) -> dict[str, dict[str, tuple[float, float | None]]]:
-    """{run: figures} of the finished runs under data/train: scout/<rung> (with its seed replicas,
-    scout/<rung>/replicas/seed<k>, combined) and pretrain."""
+    """{run: figures} of the finished runs under data/train, in order of training compute: scout/<rung>
+    (with its seed replicas, scout/<rung>/replicas/seed<k>, combined) and pretrain."""
     train_root = Path(train_root)
-    runs = {}
+    found = []
     for summary in sorted(train_root.glob("scout/*/summary.json")):
         replicas = sorted(summary.parent.glob("replicas/*/summary.json"))
-        runs[f"scout/{summary.parent.name}"] = combine_replicas(
-            [run_figures(json.loads(p.read_text())) for p in (summary, *replicas)])
+        first = json.loads(summary.read_text())
+        found.append((first.get("total_flops") or 0, f"scout/{summary.parent.name}", combine_replicas(
+            [run_figures(json.loads(p.read_text())) for p in (summary, *replicas)])))
     full = train_root / "pretrain" / "summary.json"
     if full.exists():
-        runs["pretrain"] = run_figures(json.loads(full.read_text()))
-    return runs
+        s = json.loads(full.read_text())
+        found.append((s.get("total_flops") or 0, "pretrain", run_figures(s)))
+    return {name: figures for _, name, figures in sorted(found, key=lambda f: f[0])}

@@ -360,7 +360,7 @@ def steps_of_document(con: duckdb.DuckDBPyConnection, doc_id: str) -> list[tuple
     return con.execute("""
         SELECT s.run, s.step, s.loss, s.skipped
         FROM plan p JOIN train_steps s
-          ON s.window BETWEEN p.stream_start // ? AND (p.stream_start + p.length) // ?
+          ON s.stream_window BETWEEN p.stream_start // ? AND (p.stream_start + p.length) // ?
         WHERE p.doc_id = ? ORDER BY s.run, s.step""", [per_step, per_step, doc_id]).fetchall()
 
 
@@ -424,7 +424,7 @@ def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, sampl
             problems.append(f"training {run}: steps are not 0..{n - 1} each once (min {lo}, max {hi}, {distinct} distinct)")
             continue
         for step in sorted({0, (n - 1) // 2, n - 1})[:samples]:
-            window, recorded = con.execute("SELECT window, tokens_hash FROM train_steps WHERE run = ? AND step = ?",
+            window, recorded = con.execute("SELECT stream_window, tokens_hash FROM train_steps WHERE run = ? AND step = ?",
                                            [run, step]).fetchone()
             if tokens_hash(step_tokens(con, data_root, window)) != recorded:
                 problems.append(f"training {run}: step {step} fed tokens that are not the plan's (window {window})")

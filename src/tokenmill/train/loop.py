@@ -50,7 +50,7 @@ from tokenmill.train.schedule import make_schedule
 
 STEPS = pa.schema([
     ("step", pa.int64()),  # 0-based; step N fed stream tokens [W*T, (W+1)*T) of its window W
-    ("window", pa.int64()),  # W: N in the plan's order; another with train.data_seed
+    ("stream_window", pa.int64()),  # W: N in the plan's order; another with train.data_seed
     ("phase", pa.string()),  # plan phase of the step's first token
     ("tokens_hash", pa.string()),  # blake2b-16 of the step's input tokens as uint32 LE
     ("tokens", pa.int64()),  # stream tokens fed up to and including this step
@@ -497,7 +497,7 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
                 "doc_ids": trainer.loader.doc_ids(step)})
             if rank == 0:
                 print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {norm:.4f})", flush=True)
-        state["records"].append({"step": step, "window": trainer.loader.window(step), "phase": batch.phase,
+        state["records"].append({"step": step, "stream_window": trainer.loader.window(step), "phase": batch.phase,
                                  "tokens_hash": batch.tokens_hash,
                                  "tokens": (step + 1) * t.tokens_per_step, "loss": loss, "grad_norm": norm,
                                  "lr": lr, "skipped": reason is not None, "skip_reason": reason})

@@ -150,8 +150,8 @@ class Transformer(nn.Module):
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, S, vocab); with positions (B, K), only at those positions (B, K, vocab): evaluation
+    def forward(self, tokens: torch.Tensor, select: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, S, vocab); with select (B, K) positions, only at those (B, K, vocab): evaluation
         scores a few answer tokens after a long context, and on a small model the output layer is most of
         the cost (vocab x d per token against about 12 d^2 per layer). Not under tensor parallelism, where
         the activations reaching the output layer are split along the sequence."""
@@ -165,8 +165,8 @@ class Transformer(nn.Module):
         h = self.tok_embeddings(tokens)
         for block in self.layers.values():
             h = block(h, cos, sin, mask)
-        if positions is not None:
-            h = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        if select is not None:
+            h = h.gather(1, select.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
         return self.output(self.norm(h))
 
 
