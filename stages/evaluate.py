@@ -11,7 +11,7 @@ data/train), signal, noise and their ratio per metric, and the decision metric t
 import sys
 
 from tokenmill.evaluate import resolve_params
-from tokenmill.evaluate.evalset import METRICS, macro_average
+from tokenmill.evaluate.evalset import METRICS, benchmark_means
 from tokenmill.evaluate.run import heldout_documents, run_evaluation
 from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
 from tokenmill.runtime import StageRun, input_id, load_params, script
@@ -58,13 +58,7 @@ def summary_metrics(results: dict) -> dict:
                 entry.update({m: s["all"], f"{m}_stderr": s["all_stderr"], f"{m}_clean": s["clean"],
                               f"{m}_clean_stderr": s["clean_stderr"]})
         out[name] = entry
-    mean: dict = {}
-    for m in METRICS:
-        for column in ("all", "clean"):
-            avg = macro_average(scored, m, column)
-            if avg is not None:
-                suffix = "" if column == "all" else "_clean"
-                mean[f"{m}{suffix}"], mean[f"{m}{suffix}_stderr"] = round(avg[0], 6), round(avg[1], 6)
+    mean = {k: round(v, 6) for k, v in benchmark_means(scored).items()}
     if mean:
         out["benchmarks_mean"] = mean
     return out

@@ -91,11 +91,11 @@ def build_evalset(benchmarks: Sequence[Mapping], tokenizer_dir: str | Path, dirt
                 dropped.append(doc["item_id"])
                 continue
             kept += 1
-            for i, ((_, cont_text, answer), (ctx_ids, cont_ids)) in enumerate(zip(pairs, encoded)):
+            for i, ((_, _, answer), (ctx_ids, cont_ids)) in enumerate(zip(pairs, encoded)):
                 for key, value in (("benchmark", bench.name), ("item_id", doc["item_id"]),
                                    ("dirty", doc["item_id"] in dirty.get(bench.name, set())), ("gold", gold),
                                    ("choice", i), ("choices", len(pairs)), ("answer_chars", len(answer)),
-                                   ("answer_bytes", len(cont_text.encode("utf-8"))), ("context", ctx_ids),
+                                   ("answer_bytes", answer_bytes(answer)), ("context", ctx_ids),
                                    ("continuation", cont_ids)):
                     rows[key].append(value)
         counts["benchmarks"][bench.name] = kept
@@ -169,3 +169,20 @@ def macro_average(scores: Mapping[str, Mapping[str, Mapping]], metric: str, colu
     mean = sum(v[column] for v in values) / len(values)
     se = math.sqrt(sum((v.get(f"{column}_stderr") or 0.0) ** 2 for v in values)) / len(values)
     return mean, se
+
+
+def benchmark_means(scores: Mapping[str, Mapping[str, Mapping]]) -> dict[str, float]:
+    """{metric, metric_stderr, metric_clean, metric_clean_stderr} of every metric: macro_average over the
+    benchmarks, on all and on clean items."""
+    out: dict[str, float] = {}
+    for metric in METRICS:
+        for column, suffix in (("all", ""), ("clean", "_clean")):
+            avg = macro_average(scores, metric, column)
+            if avg is not None:
+                out[f"{metric}{suffix}"], out[f"{metric}{suffix}_stderr"] = avg
+    return out
+
+
+def answer_bytes(answer: str) -> int:
+    """UTF-8 bytes of an answer as it is scored: after the target delimiter " " (bpb's denominator)."""
+    return len((" " + answer).encode("utf-8"))

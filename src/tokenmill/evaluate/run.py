@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from tokenmill.evaluate.evalset import METRICS, item_scores
+from tokenmill.evaluate.evalset import METRICS, answer_bytes, item_scores
 from tokenmill.evaluate.scores import dirty_items, ratio_stderr, split_score
 from tokenmill.evaluate.tasks import Benchmark, BenchmarkError, drop_overlong, load_benchmark, task_name, write_task
 
@@ -88,10 +88,6 @@ def _choice_lls(sample: dict) -> list[float]:
     return [_r(resp[0]) for resp in sample["filtered_resps"]]
 
 
-def _bytes(answer: str) -> int:
-    return len((" " + answer).encode("utf-8"))  # as scored: after the target delimiter
-
-
 def _benchmark_rows(bench: Benchmark, samples: list[dict], dirty: set[str]) -> list[dict]:
     """One row per item: lm-eval's per-item acc / acc_norm and log-likelihoods, and from those the two
     continuous metrics lm-eval does not compute for multiple choice: prob_norm and bpb of the gold answer."""
@@ -102,7 +98,7 @@ def _benchmark_rows(bench: Benchmark, samples: list[dict], dirty: set[str]) -> l
         if bench.kind == "loglikelihood":
             ll, greedy = s["filtered_resps"][0]
             row.update({"loglikelihood": _r(ll), "greedy": bool(greedy), "acc": float(s["acc"]),
-                        "bpb": _r(-ll / (math.log(2) * _bytes(doc["continuation"])))})
+                        "bpb": _r(-ll / (math.log(2) * answer_bytes(doc["continuation"])))})
         else:
             lls = [resp[0] for resp in s["filtered_resps"]]
             gold = int(doc["gold"])
@@ -110,22 +106,17 @@ def _benchmark_rows(bench: Benchmark, samples: list[dict], dirty: set[str]) -> l
             if "acc_norm" in s:
                 row["acc_norm"] = float(s["acc_norm"])
             answers = doc["choices"] if bench.kind == "multiple_choice" else [doc["continuation"]] * len(lls)
-            derived = item_scores(lls, gold, [len(a) for a in answers], [_bytes(a) for a in answers])
+            derived = item_scores(lls, gold, [len(a) for a in answers], [answer_bytes(a) for a in answers])
             row["prob_norm"], row["bpb"] = _r(derived["prob_norm"]), _r(derived["bpb"])
         rows.append(row)
     return rows
-
-
-# Per benchmark, each under its own name (evalset.py defines them): acc and acc_norm as lm-eval computes
-# them; prob_norm and bpb, which lm-eval does not compute for multiple choice, from its log-likelihoods.
-ITEM_METRICS = METRICS
 
 
 def _benchmark_result(bench: Benchmark, rows: list[dict], aggregated: Mapping, dirty_in_table: set[str]) -> dict:
     ids = {r["item_id"] for r in rows}
     dirty = {r["item_id"] for r in rows if r["dirty"]}
     metrics = {m: split_score({r["item_id"]: r[m] for r in rows}, dirty)
-               for m in ITEM_METRICS if rows and m in rows[0]}
+               for m in METRICS if rows and m in rows[0]}  # evalset.py defines them
     out = {"format": bench.format, "kind": bench.kind, "items": len(rows), "dirty_items": len(dirty),
            "clean_items": len(rows) - len(dirty), "duplicate_records": bench.duplicates,
            # Dirty items of the table this run did not score (a limit, or an id the file no longer holds).

@@ -39,7 +39,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill import schema
-from tokenmill.evaluate.evalset import METRICS, EvalSet, macro_average
+from tokenmill.evaluate.evalset import METRICS, EvalSet, benchmark_means
 from tokenmill.train.checkpoint import Checkpointer
 from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
@@ -438,10 +438,10 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             live.step = step_done
             for bucket, loss in out.items():
                 live.log_metric(f"heldout/{bucket}/loss", loss)
+            means = benchmark_means(scores)
             for metric in METRICS:
-                mean = macro_average(scores, metric)
-                if mean is not None:
-                    live.log_metric(f"benchmarks/{metric}", mean[0])
+                if metric in means:
+                    live.log_metric(f"benchmarks/{metric}", means[metric])
         return out
 
     start_step = state["step"]
@@ -579,11 +579,9 @@ def _benchmark_summary(state: dict, final_step: int | None, window: set[int]) ->
         losses = [x["loss"] for x in state["heldout"] if x["step"] == h["step"]]
         series.setdefault("heldout_mean", {})[h["step"]] = float(np.mean(losses))
     for step, scores in by_step.items():
-        for metric in METRICS:
-            for column, suffix in (("all", ""), ("clean", "_clean")):
-                mean = macro_average(scores, metric, column)
-                if mean is not None:
-                    series.setdefault(f"benchmarks_mean.{metric}{suffix}", {})[step] = mean[0]
+        for name, value in benchmark_means(scores).items():
+            if not name.endswith("_stderr"):
+                series.setdefault(f"benchmarks_mean.{name}", {})[step] = value
         for bench, metrics in scores.items():
             for metric, r in metrics.items():
                 if r["all"] is not None:
@@ -593,12 +591,7 @@ def _benchmark_summary(state: dict, final_step: int | None, window: set[int]) ->
         points = [v for step, v in values.items() if step in window]
         noise[name] = float(np.std(points, ddof=1)) if len(points) >= 2 else None
     final = by_step.get(final_step, {})
-    mean = {}
-    for metric in METRICS:
-        for column, suffix in (("all", ""), ("clean", "_clean")):
-            avg = macro_average(final, metric, column)
-            if avg is not None:
-                mean[f"{metric}{suffix}"], mean[f"{metric}{suffix}_stderr"] = avg
+    mean = benchmark_means(final)
     return {"benchmarks": {b: {m: {k: r[k] for k in ("all", "all_stderr", "clean", "clean_stderr")}
                                for m, r in sorted(ms.items())} for b, ms in sorted(final.items())},
             "benchmarks_mean": mean, "noise": noise, "noise_steps": sorted(window)}

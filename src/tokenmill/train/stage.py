@@ -116,27 +116,25 @@ def _round(x: float | None) -> float | None:
 
 def run_metrics(summary: Mapping, replicas: list[Mapping] = ()) -> dict:
     """What `dvc exp show` compares of a run: its size and final losses; the mean over buckets of the final
-    held-out loss (heldout_mean) and the in-loop benchmark means, each beside its σ over the noise window
-    (loop.py); with seed replicas, also each figure's spread over the seeds (*_seed_sigma)."""
+    held-out loss (heldout_mean) and the in-loop benchmark means, each beside its standard error, its σ over
+    the noise window (loop.py) and, with seed replicas, its spread over the seeds (*_seed_sigma). The
+    (value, σ) of each figure are tokenmill.evaluate.signal.run_figures', the ladder's too."""
+    from tokenmill.evaluate.signal import run_figures
+
     metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
                                             "heldout_loss", "skipped_steps") if k in summary}
-    figures = {}
-    for s in (summary, *replicas):
-        noise, values = s.get("noise") or {}, {}
-        if s.get("heldout_loss"):
-            values["heldout_mean"] = (sum(s["heldout_loss"].values()) / len(s["heldout_loss"]), noise.get("heldout_mean"))
-        for name, value in (s.get("benchmarks_mean") or {}).items():
-            values[f"benchmarks_{name}"] = (value, None if name.endswith("_stderr") else
-                                            noise.get(f"benchmarks_mean.{name}"))
-        for key, pair in values.items():
-            figures.setdefault(key, []).append(pair)
-    for key, pairs in figures.items():
-        metrics[key] = round(pairs[0][0], 4) if key == "heldout_mean" else _round(pairs[0][0])
-        if key.endswith("_stderr"):
-            continue
-        metrics[f"{key}_sigma"] = _round(pairs[0][1])
-        if len(pairs) > 1:
-            values = [v for v, _ in pairs]
+    runs = [run_figures(s) for s in (summary, *replicas)]
+    stderr = summary.get("benchmarks_mean") or {}
+    for figure, (value, sigma) in runs[0].items():
+        if figure != "heldout_mean" and not figure.startswith("benchmarks_mean."):
+            continue  # per-benchmark figures stay in summary.json
+        key = figure.replace("benchmarks_mean.", "benchmarks_")
+        metrics[key] = round(value, 4) if key == "heldout_mean" else _round(value)
+        if f"{figure[len('benchmarks_mean.'):]}_stderr" in stderr:
+            metrics[f"{key}_stderr"] = _round(stderr[f"{figure[len('benchmarks_mean.'):]}_stderr"])
+        metrics[f"{key}_sigma"] = _round(sigma)
+        values = [r[figure][0] for r in runs if figure in r]
+        if len(values) > 1:
             mean = sum(values) / len(values)
             metrics[f"{key}_seed_sigma"] = _round((sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5)
     if replicas:
