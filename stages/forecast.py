@@ -7,7 +7,7 @@ vocabulary of data/tokenize and the plan of data/mixture; nothing of the full ru
 
 import sys
 
-from tokenmill.forecast import forecast_project
+from tokenmill.forecast import forecast_metrics, forecast_project, forecast_summary
 from tokenmill.runtime import StageRun, input_id, load_params, script, write_json
 
 
@@ -19,9 +19,8 @@ def main() -> int:
         run.input_hashes.update({"tokenize": input_id("data/tokenize"), "mixture": input_id("data/mixture")})
         prediction = forecast_project(p, "data")
         write_json(run.tmp / "prediction.json", prediction)  # what the report sets the actual loss beside
-        run.metrics["forecast"] = {"predicted_loss": round(prediction["predicted_loss"], 4),
-                                   "form": prediction["form"], "points": len(prediction["points"])}
-    print(f"forecast: the full run's held-out loss ({prediction['form']}) will be {prediction['predicted_loss']:.3f}")
+        run.metrics["forecast"] = forecast_metrics(prediction)
+    print(f"forecast: {forecast_summary(prediction)}")
     return 0
 
 

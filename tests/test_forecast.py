@@ -86,7 +86,7 @@ def test_bounds_and_loss_choice_are_parameters():
     assert capped["parameters"]["b"] == pytest.approx(0.05)  # the bound holds the exponent below the truth
     floor = F.fit_and_predict(_scouts(lambda c: 3.0 + 50 * c ** -0.3), _target(1e8),
                               {"form": "power_law_floor", "floor_bounds": [0.0, 0.5]})
-    lowest = min(p["loss"] for p in floor["points"])
+    lowest = min(p["value"] for p in floor["points"])
     assert floor["parameters"]["E"] <= 0.5 * lowest + 1e-9  # the truth (3.0) is out of bounds
 
     # One bucket instead of the mean; the causal FLOPs instead of the full square.
@@ -162,6 +162,97 @@ def test_compare_scores_the_prediction():
         F.compare(pred, dict(actual, heldout_loss={"code": 4.0}))
     with pytest.raises(F.ForecastError, match="no finite held-out loss"):
         F.compare(pred, dict(actual, heldout_loss={"code": float("nan"), "web": 4.0}))
+
+
+def _noisy(summary, loss, sigma, bpb=None):
+    """A copy of a scout summary with its held-out loss (every bucket) and noise-window σ set."""
+    out = dict(summary, heldout_loss={b: loss for b in summary["heldout_loss"]}, noise={"heldout_mean": sigma})
+    if bpb is not None:
+        out["benchmarks_mean"] = {"bpb": bpb}
+        out["noise"]["benchmarks_mean.bpb"] = sigma
+    return out
+
+
+def test_seed_replicas_enter_with_their_mean_and_the_noise_of_a_mean():
+    def true(c):
+        return 30.0 * c ** -0.05
+
+    scouts = _scouts(true, tokens=(1e4, 1e5, 1e6))
+    base = true(FLOPS_PER_TOKEN * 1e4)
+    scouts[0] = dict(_noisy(scouts[0], base + 0.1, 0.01), replicas=[_noisy(scouts[0], base - 0.1, 0.01)])
+    for i in (1, 2):
+        scouts[i] = _noisy(scouts[i], scouts[i]["heldout_loss"]["web"], 0.01)
+    out = F.fit_and_predict(scouts, _target(1e7), {"form": "power_law"})
+    first = out["points"][0]
+    assert first["value"] == pytest.approx(base) and first["seeds"] == 2
+    # σ of one run is the larger of the seed spread (0.2 / sqrt(2)) and the window's (0.01); of the mean, / sqrt(2)
+    assert first["sigma"] == pytest.approx(0.2 / math.sqrt(2) / math.sqrt(2))
+    assert out["points"][1]["sigma"] == pytest.approx(0.01) and out["points"][1]["seeds"] == 1
+
+
+def test_interval_covers_the_truth_and_narrows_with_the_noise():
+    def true(c):
+        return 30.0 * c ** -0.05
+
+    rng = np.random.default_rng(3)
+    widths = []
+    for sigma in (0.05, 0.005):
+        scouts = [_noisy(s, s["heldout_loss"]["web"] + rng.normal(0, sigma), sigma)
+                  for s in _scouts(true, tokens=(1e4, 1e5, 1e6))]
+        out = F.fit_and_predict(scouts, _target(1e7), {"form": "power_law", "bootstrap": 400})
+        lo, hi = out["interval"]
+        assert lo < out["predicted_loss"] < hi
+        assert lo < true(FLOPS_PER_TOKEN * 1e7) < hi
+        widths.append(hi - lo)
+        again = F.fit_and_predict(scouts, _target(1e7), {"form": "power_law", "bootstrap": 400})
+        assert again["interval"] == out["interval"]  # seeded: the same build, the same interval
+    assert widths[1] < widths[0] / 5
+    # Without a noise estimate there is no interval to give (rather than a zero-width one).
+    assert F.fit_and_predict(_scouts(true, tokens=(1e4, 1e5, 1e6)), _target(1e7))["interval"] is None
+
+
+def test_backtest_and_naive_predictor():
+    def true(c):
+        return 30.0 * c ** -0.05
+
+    out = F.fit_and_predict(_scouts(true, tokens=(1e4, 1e5, 1e6)), _target(1e7), {"form": "power_law"})
+    back = out["backtest"]
+    assert back["held_out"] == "s2" and back["predicted"] == pytest.approx(true(FLOPS_PER_TOKEN * 1e6))
+    assert back["naive"] == pytest.approx(true(FLOPS_PER_TOKEN * 1e5)) and back["beats_naive"] is True
+    assert out["naive"] == pytest.approx(true(FLOPS_PER_TOKEN * 1e6))
+    # A ladder that stopped improving at its last rung: the law carried from the first two overshoots and
+    # repeating the previous rung is closer; the back-test says so.
+    flat = _scouts(true, tokens=(1e4, 1e5, 1e6))
+    flat[2]["heldout_loss"] = dict(flat[1]["heldout_loss"])
+    flat[2]["heldout_loss"] = {b: v - 0.001 for b, v in flat[2]["heldout_loss"].items()}
+    assert F.fit_and_predict(flat, _target(1e7), {"form": "power_law"})["backtest"]["beats_naive"] is False
+    # Two scouts leave one point after the largest is taken out: no back-test, and the reason.
+    two = F.fit_and_predict(_scouts(true, tokens=(1e4, 1e5)), _target(1e7), {"form": "power_law"})
+    assert "needs at least 2 scouts" in two["backtest"]["skipped"]
+    # The actual run scored against the interval and the naive predictor.
+    cmp = F.compare(out, {**_target(1e7), "heldout_loss": {b: true(FLOPS_PER_TOKEN * 1e7) for b in ("code", "web")}})
+    assert cmp["beats_naive"] is True and cmp["naive_error"] < 0 and cmp["within_interval"] is None
+
+
+def test_bits_per_byte_is_forecast_beside_the_loss():
+    def loss(c):
+        return 30.0 * c ** -0.05
+
+    def bpb(c):
+        return 9.0 * c ** -0.04
+
+    scouts = [_noisy(s, s["heldout_loss"]["web"], 0.01, bpb=bpb(FLOPS_PER_TOKEN * t))
+              for s, t in zip(_scouts(loss, tokens=(1e4, 1e5, 1e6)), (1e4, 1e5, 1e6))]
+    out = F.fit_and_predict(scouts, _target(1e7), {"form": "power_law", "bootstrap": 50})
+    assert out["bpb"]["predicted"] == pytest.approx(bpb(FLOPS_PER_TOKEN * 1e7), rel=1e-6)
+    assert out["bpb"]["parameters"]["b"] == pytest.approx(0.04, rel=1e-6)
+    assert out["bpb"]["backtest"]["beats_naive"] is True and len(out["bpb"]["interval"]) == 2
+    assert out["predicted_loss"] == pytest.approx(loss(FLOPS_PER_TOKEN * 1e7), rel=1e-6)
+    actual = {**_target(1e7), "heldout_loss": {"code": 4.0, "web": 4.0}, "benchmarks_mean": {"bpb": 3.0}}
+    cmp = F.compare(out, actual)["bpb"]
+    assert cmp["actual"] == 3.0 and cmp["error"] == pytest.approx(3.0 - out["bpb"]["predicted"])
+    # Scouts without in-loop benchmarks: no bits-per-byte forecast, the loss's unchanged.
+    assert F.fit_and_predict(_scouts(loss, tokens=(1e4, 1e5, 1e6)), _target(1e7))["bpb"] is None
 
 
 def test_target_follows_the_training_loop():

@@ -28,7 +28,8 @@ tokenizer: {vocab_size: 1000}
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
   seq_len: 128
-  token_budget: 120000
+  token_budget: null        # tokens_per_param x 162,752 parameters: 120,000 tokens, the scouts' ratio too
+  tokens_per_param: 0.737
   global_batch: 4
   optimizer: {lr: 1.0e-2}
   schedule: {warmup_steps: 10}
@@ -37,9 +38,9 @@ train:
   checkpoint: {interval: 1000}
 evaluate: {limit: 20, heldout_limit: 4, batch_size: 8, inloop_items: 4}
 scouts:
-  s1: {model: {n_layers: 1, d_model: 16, n_heads: 1, n_kv_heads: 1, ffn_dim: 48}, token_budget: 15000, seeds: 1}
-  s2: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: 25000, seeds: 1}
-  s3: {model: {n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_dim: 144}, token_budget: 45000}
+  s1: {model: {n_layers: 1, d_model: 16, n_heads: 1, n_kv_heads: 1, ffn_dim: 48}, token_budget: null, seeds: 1}
+  s2: {model: {n_layers: 1, d_model: 32, n_heads: 1, n_kv_heads: 1, ffn_dim: 96}, token_budget: null, seeds: 1}
+  s3: {model: {n_layers: 2, d_model: 48, n_heads: 2, n_kv_heads: 1, ffn_dim: 144}, token_budget: null}
 """
 
 _BUILT: dict[str, Path] = {}

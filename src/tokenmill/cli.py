@@ -1,4 +1,5 @@
-"""`tokenmill audit ...`: answer, from lineage.duckdb, what happened to a document, a stage, the pipeline."""
+"""`tokenmill audit ...`: answer, from lineage.duckdb, what happened to a document, a stage, the pipeline.
+`tokenmill compare ...`: which experiment wins on a metric, and whether the difference is beyond the noise."""
 
 from __future__ import annotations
 
@@ -194,6 +195,25 @@ def _audit(args) -> int:
             return 2
 
 
+def _compare(args) -> int:
+    from tokenmill.evaluate import compare as C
+
+    try:
+        chosen = C.resolve(args.experiments, args.repo)
+        exps = [C.load(name, rev, args.repo) for name, rev in chosen]
+        metrics = args.metric or [C.FROM_DECISION.get(exps[0].decision_metric, exps[0].decision_metric or "heldout_bpb")]
+        results = [C.compare(exps, m) for m in metrics]
+    except C.CompareError as exc:
+        print(f"tokenmill: {exc}", file=sys.stderr)
+        return 2
+    data = C.data_differences(exps)
+    if args.json:
+        print(json.dumps({"comparisons": results, "data": data}, indent=1))
+    else:
+        print("\n\n".join(C.render(r, data) for r in results))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="tokenmill", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -209,9 +229,17 @@ def main(argv: list[str] | None = None) -> int:
                                                   "(pretrain, scout@s1, ...)")
     what.add_parser("sql", help="run a read-only SQL query (files, extensions and settings are out of reach)"
                     ).add_argument("query")
+    cmp = sub.add_parser("compare", help="which experiment wins on a metric, and whether it is beyond the noise")
+    cmp.add_argument("experiments", nargs="*", help="experiment names or revisions (`dvc exp show`; none: all of "
+                                                    "them), `workspace` for the working tree")
+    cmp.add_argument("--metric", action="append", help="heldout_bpb, heldout_bpb.<bucket>, benchmarks_mean.<m>, "
+                                                       "<benchmark>.<m> (default: the evaluate stage's decision "
+                                                       "metric); repeatable")
+    cmp.add_argument("--repo", default=".", help="the DVC repository (default: here)")
+    cmp.add_argument("--json", action="store_true", help="the numbers as JSON")
     args = parser.parse_args(argv)
     try:
-        code = _audit(args)
+        code = _compare(args) if args.command == "compare" else _audit(args)
         sys.stdout.flush()  # a closed pipe shows up here at the latest, while it can still be handled
         return code
     except BrokenPipeError:

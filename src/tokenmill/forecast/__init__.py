@@ -14,6 +14,19 @@ parameters exactly, leaving nothing to check the fit against. Both are fitted by
 weigh every rung alike. The full run's compute comes from its configuration before it trains
 (`target_of`), so the prediction is written before the run starts; `compare` scores it when it ends.
 
+A rung trained with several seeds (scouts.<rung>.seeds, its replicas under data/train/scout/<rung>/replicas)
+enters the fit with the mean of its replicas. Every forecast carries three checks of itself:
+  interval   a parametric bootstrap over the seeds and checkpoints: each draw moves every rung's value by its
+             noise (normal, σ of the rung's mean: the larger of its seed spread and its noise-window spread,
+             tokenmill.evaluate.signal.combine_replicas, over sqrt(seeds)), refits and predicts again; the
+             interval is the draws' central `interval` fraction. It is the forecast's noise, not the law's bias.
+  backtest   the largest scout left out and predicted from the others, against the naive predictor (the next
+             largest scout's value): a law that does not beat repeating the last rung has no business
+             extrapolating further.
+  naive      the largest scout's value, the prediction to beat at the full run.
+Two quantities are forecast with the same law: the held-out loss (nats per token, `loss`) and the in-loop
+benchmarks' mean bits per byte of the gold answers (`bpb`, when the scouts scored benchmarks).
+
 The `forecast` section of params.yaml (ForecastConfig) holds the form, its bounds and which loss is fitted,
 so `dvc exp run -S forecast.form=power_law_floor` varies them; an unknown key or a wrong type is an error
 naming the key.
@@ -52,6 +65,9 @@ class ForecastConfig(BaseModel):
     # E, as fractions of the lowest scout loss: the floor lies below every loss the ladder reached.
     floor_bounds: list[float] = Field(default=[0.0, 0.99], min_length=2, max_length=2)
     min_points_floor: int = Field(default=4, ge=4)  # `auto` fits the floor from this many scouts up
+    interval: float = Field(default=0.9, gt=0, lt=1)  # the bootstrap interval's coverage
+    bootstrap: int = Field(default=1000, ge=0)         # draws (0: no interval)
+    seed: int = 0                                      # of the bootstrap: the same build, the same interval
 
     @model_validator(mode="after")
     def _check(self) -> "ForecastConfig":
@@ -112,25 +128,49 @@ def _compute_of(summary: Mapping, which: str, name: str) -> float:
     return float(summary[key]) * float(summary["tokens"])
 
 
-def scout_points(scouts: Sequence[Mapping], cfg: ForecastConfig) -> tuple[list[dict], list[dict]]:
-    """(points, excluded): one {name, compute, loss, params, tokens} per usable scout; a scout whose loss
-    is missing or not finite (a diverged run) is excluded with its reason instead of bending the fit."""
+def _value_of(summary: Mapping, metric: str, cfg: ForecastConfig, name: str) -> float | None:
+    """A run's final value of the forecast metric: `loss` (the configured held-out loss) or `bpb`."""
+    if metric == "loss":
+        return _loss_of(summary, cfg.loss, name)
+    value = (summary.get("benchmarks_mean") or {}).get("bpb")
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _window_sigma(summary: Mapping, metric: str, cfg: ForecastConfig) -> float | None:
+    """The σ over the run's noise window (tokenmill.train.loop) of the metric, where the run recorded it."""
+    key = {"loss": "heldout_mean" if cfg.loss == "mean" else None, "bpb": "benchmarks_mean.bpb"}[metric]
+    value = (summary.get("noise") or {}).get(key) if key else None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def scout_points(scouts: Sequence[Mapping], cfg: ForecastConfig, metric: str = "loss") -> tuple[list[dict], list[dict]]:
+    """(points, excluded): one {name, compute, value, sigma, seeds, params, tokens} per usable scout; the value
+    is the mean over the scout's seed replicas (its `replicas`, summaries like its own) and sigma the
+    uncertainty of that mean. A scout whose value is missing or not finite (a diverged run) is excluded with
+    its reason instead of bending the fit."""
+    from tokenmill.evaluate.signal import combine_replicas
+
     points, excluded = [], []
     for i, s in enumerate(scouts):
         name = str(s.get("name") or f"scout {i}")
         compute = _compute_of(s, cfg.compute, name)
-        loss = _loss_of(s, cfg.loss, name)
-        if loss is None:
-            excluded.append({"name": name, "reason": "no_finite_heldout_loss"})
-        elif loss <= 0 or compute <= 0:
-            excluded.append({"name": name, "reason": "non_positive_loss_or_compute"})
+        runs = [s, *(s.get("replicas") or [])]
+        values = [_value_of(r, metric, cfg, name) for r in runs]
+        if any(v is None for v in values):
+            what = "heldout_loss" if metric == "loss" else "benchmarks_bpb"
+            excluded.append({"name": name, "reason": f"no_finite_{what}"})
+        elif min(values) <= 0 or compute <= 0:
+            excluded.append({"name": name, "reason": "non_positive_value_or_compute"})
         else:
-            points.append({"name": name, "compute": compute, "loss": loss, "params": s.get("params"),
-                           "tokens": s.get("tokens")})
-    buckets = {tuple(sorted(s["heldout_loss"])) for s in scouts if isinstance(s.get("heldout_loss"), Mapping)}
-    if cfg.loss == "mean" and len(buckets) > 1:
-        raise ForecastError(f"the scouts report held-out losses of different buckets {sorted(buckets)}: their means "
-                            f"are not comparable; set forecast.loss to one bucket")
+            mean, sigma = combine_replicas([{metric: (v, _window_sigma(r, metric, cfg))} for v, r in zip(values, runs)])[metric]
+            points.append({"name": name, "compute": compute, "value": mean,
+                           "sigma": None if sigma is None else sigma / math.sqrt(len(runs)), "seeds": len(runs),
+                           "params": s.get("params"), "tokens": s.get("tokens")})
+    if metric == "loss":
+        buckets = {tuple(sorted(s["heldout_loss"])) for s in scouts if isinstance(s.get("heldout_loss"), Mapping)}
+        if cfg.loss == "mean" and len(buckets) > 1:
+            raise ForecastError(f"the scouts report held-out losses of different buckets {sorted(buckets)}: their "
+                                f"means are not comparable; set forecast.loss to one bucket")
     if len({p["compute"] for p in points}) < len(points):
         same = sorted(p["name"] for p in points if sum(q["compute"] == p["compute"] for q in points) > 1)
         raise ForecastError(f"scouts {same} have the same training compute: a ladder needs distinct rungs")
@@ -178,13 +218,15 @@ def project_target(model_cfg: Mapping, train_cfg: Mapping, tokens_dir: str | Pat
 
 
 def read_summaries(runs: Mapping[str, str | Path]) -> list[dict]:
-    """{name: run directory} -> their summary.json, each with its name; a missing one is an error naming it."""
+    """{name: run directory} -> their summary.json, each with its name and the summaries of its seed replicas
+    (`replicas`, from run_dir/replicas/*/, tokenmill.train.stage); a missing one is an error naming it."""
     out = []
     for name, run_dir in runs.items():
         path = Path(run_dir) / "summary.json"
         if not path.exists():
             raise ForecastError(f"{name}: no {path} (the run has not finished)")
-        out.append({"name": name, **json.loads(path.read_text())})
+        replicas = [json.loads(p.read_text()) for p in sorted(Path(run_dir).glob("replicas/*/summary.json"))]
+        out.append({"name": name, **json.loads(path.read_text()), "replicas": replicas})
     return out
 
 
@@ -238,58 +280,111 @@ def law(params: Mapping, compute: float | np.ndarray) -> float | np.ndarray:
     return params["E"] + params["a"] * np.power(compute, -params["b"])
 
 
-def fit(points: Sequence[Mapping], cfg: ForecastConfig) -> dict:
-    """Fit the configured form to points {compute, loss}; returns form, parameters and residuals."""
+def fit(points: Sequence[Mapping], cfg: ForecastConfig, what: str = "held-out loss") -> dict:
+    """Fit the configured form to points {compute, value}; returns form, parameters and residuals."""
     n = len(points)
     form = cfg.form
     if form == "auto":
         form = "power_law_floor" if n >= cfg.min_points_floor else "power_law"
     need = 2 if form == "power_law" else 3
     if n < need:
-        raise ForecastError(f"forecast: the {form} form needs at least {need} scouts with a finite held-out "
-                            f"loss, got {n}")
+        raise ForecastError(f"forecast: the {form} form needs at least {need} scouts with a finite {what}, "
+                            f"got {n}")
     c = np.array([p["compute"] for p in points], dtype=float)
-    y = np.array([p["loss"] for p in points], dtype=float)
+    y = np.array([p["value"] for p in points], dtype=float)
     raw = _fit_power_law(c, y, cfg) if form == "power_law" else _fit_floor(c, y, cfg)
     # Back to raw FLOPs: A (C/ref)^-b = A ref^b C^-b.
     params = {"a": float(math.exp(raw["log_A"] + raw["b"] * math.log(_ref(c)))), "b": raw["b"], "E": raw["E"]}
     fitted = law(params, c)
     log_res = np.log(fitted) - np.log(y)
     return {"form": form, "parameters": params,
-            "residuals": [{"name": p["name"], "loss": p["loss"], "fitted": float(f), "log_residual": float(r)}
+            "residuals": [{"name": p["name"], "value": p["value"], "fitted": float(f), "log_residual": float(r)}
                           for p, f, r in zip(points, fitted, log_res)],
             "rms_log_residual": float(np.sqrt(np.mean(log_res ** 2))),
             "degrees_of_freedom": n - need}
 
 
-def fit_and_predict(scouts: Sequence[Mapping], target: Mapping, form: ForecastConfig | Mapping | None = None) -> dict:
-    """Fit the scouts' final held-out losses against their compute; predict the loss at the target's compute.
+def _predict(points: Sequence[Mapping], compute: float, cfg: ForecastConfig, what: str) -> dict:
+    """One metric's forecast at `compute`: the fit, its prediction, the bootstrap interval, the back-test and
+    the naive prediction (module docstring)."""
+    result = fit(points, cfg, what)
+    predicted = float(law(result["parameters"], compute))
+    out = {"form": result["form"], "parameters": result["parameters"], "points": list(points),
+           "residuals": result["residuals"], "rms_log_residual": result["rms_log_residual"],
+           "degrees_of_freedom": result["degrees_of_freedom"], "predicted": predicted,
+           "naive": points[-1]["value"], "interval": _interval(points, compute, cfg, result["form"]),
+           "backtest": None}
+    try:  # the largest scout from the others, with the same form rule (auto counts the points left)
+        rest, held = points[:-1], points[-1]
+        back = float(law(fit(rest, cfg, what)["parameters"], held["compute"]))
+        naive = rest[-1]["value"]
+        out["backtest"] = {"held_out": held["name"], "actual": held["value"], "predicted": back,
+                           "error": held["value"] - back, "relative_error": (held["value"] - back) / held["value"],
+                           "naive": naive, "naive_error": held["value"] - naive,
+                           "beats_naive": abs(held["value"] - back) < abs(held["value"] - naive)}
+    except ForecastError as exc:  # too few scouts to leave one out: say so rather than leave it blank
+        out["backtest"] = {"held_out": points[-1]["name"], "skipped": str(exc)}
+    return out
 
-    scouts: run summaries (tokenmill.train summary.json, with a `name`): flops_per_token(_causal), tokens,
-    heldout_loss {bucket: loss}. target: the full run's flops_per_token(_causal) and tokens (target_of, or
-    its summary). form: the `forecast` section (ForecastConfig or its mapping).
+
+def _interval(points: Sequence[Mapping], compute: float, cfg: ForecastConfig, form: str) -> list[float] | None:
+    """The central cfg.interval of predictions refitted on draws of every rung's value within its noise."""
+    sigmas = [p["sigma"] for p in points]
+    if cfg.bootstrap == 0 or any(s is None for s in sigmas):
+        return None
+    rng = np.random.default_rng(cfg.seed)
+    fixed = cfg.model_copy(update={"form": form})  # every draw fits the form the forecast took
+    values = np.array([p["value"] for p in points])
+    draws = []
+    for _ in range(cfg.bootstrap):
+        moved = np.maximum(values + rng.normal(0.0, sigmas), 1e-6 * values)
+        pts = [dict(p, value=float(v)) for p, v in zip(points, moved)]
+        draws.append(float(law(fit(pts, fixed)["parameters"], compute)))
+    tail = (1 - cfg.interval) / 2 * 100
+    return [float(np.percentile(draws, tail)), float(np.percentile(draws, 100 - tail))]
+
+
+def fit_and_predict(scouts: Sequence[Mapping], target: Mapping, form: ForecastConfig | Mapping | None = None) -> dict:
+    """Fit the scouts' final held-out losses (and benchmark bits per byte) against their compute; predict both
+    at the target's compute, each with its interval, back-test and naive prediction.
+
+    scouts: run summaries (tokenmill.train summary.json, with a `name`, optionally `replicas`): flops_per_token
+    (_causal), tokens, heldout_loss {bucket: loss}, benchmarks_mean.bpb, noise. target: the full run's
+    flops_per_token(_causal) and tokens (target_of, or its summary). form: the `forecast` section
+    (ForecastConfig or its mapping). The held-out loss's forecast is at the top level; the bits per byte's
+    under `bpb` (None when the scouts scored no benchmarks).
     """
     cfg = form if isinstance(form, ForecastConfig) else parse_forecast(form)
-    points, excluded = scout_points(scouts, cfg)
-    result = fit(points, cfg)
-    buckets = sorted({b for s in scouts if isinstance(s.get("heldout_loss"), Mapping) for b in s["heldout_loss"]})
+    points, excluded = scout_points(scouts, cfg, "loss")
     compute = _compute_of(target, cfg.compute, "target")
-    largest = max(p["compute"] for p in points)
+    loss = _predict(points, compute, cfg, "held-out loss")
+    bpb = None
+    if any((s.get("benchmarks_mean") or {}).get("bpb") is not None for s in scouts):
+        bpb_points, bpb_excluded = scout_points(scouts, cfg, "bpb")
+        try:
+            bpb = {**_predict(bpb_points, compute, cfg, "benchmark bits per byte"), "excluded": bpb_excluded}
+        except ForecastError as exc:
+            bpb = {"skipped": str(exc), "excluded": bpb_excluded}
+    buckets = sorted({b for s in scouts if isinstance(s.get("heldout_loss"), Mapping) for b in s["heldout_loss"]})
     return {
         "config": cfg.model_dump(),
-        "form": result["form"],
+        "form": loss["form"],
         "buckets": buckets if cfg.loss == "mean" else [cfg.loss],
-        "parameters": result["parameters"],
+        "parameters": loss["parameters"],
         "points": points,
         "excluded": excluded,
-        "residuals": result["residuals"],
-        "rms_log_residual": result["rms_log_residual"],
-        "degrees_of_freedom": result["degrees_of_freedom"],
+        "residuals": loss["residuals"],
+        "rms_log_residual": loss["rms_log_residual"],
+        "degrees_of_freedom": loss["degrees_of_freedom"],
         "target": {**{k: target.get(k) for k in ("params", "matmul_params", "steps", "tokens", "flops_per_token",
                                                  "flops_per_token_causal")}, "compute": compute},
         # How far past the largest scout the law is carried: forecasts degrade with this ratio.
-        "extrapolation": compute / largest,
-        "predicted_loss": float(law(result["parameters"], compute)),
+        "extrapolation": compute / max(p["compute"] for p in points),
+        "predicted_loss": loss["predicted"],
+        "interval": loss["interval"],
+        "naive": loss["naive"],
+        "backtest": loss["backtest"],
+        "bpb": bpb,
     }
 
 
@@ -307,7 +402,7 @@ def compare(prediction: Mapping, actual_summary: Mapping) -> dict:
     # Did the run train the compute the forecast assumed? When not, the prediction at the actual compute
     # separates a wrong law from a wrong guess of the run's size.
     at_actual = float(law(prediction["parameters"], compute))
-    return {
+    out = {
         "loss": cfg.loss,
         "predicted_loss": predicted,
         "actual_loss": actual,
@@ -317,7 +412,23 @@ def compare(prediction: Mapping, actual_summary: Mapping) -> dict:
         "actual_compute": compute,
         "compute_as_predicted": math.isclose(compute, float(prediction["target"]["compute"]), rel_tol=1e-9),
         "predicted_loss_at_actual_compute": at_actual,
+        **_scored(prediction.get("interval"), prediction.get("naive"), actual, predicted),
+        "bpb": None,
     }
+    bpb, actual_bpb = prediction.get("bpb") or {}, (actual_summary.get("benchmarks_mean") or {}).get("bpb")
+    if "predicted" in bpb and isinstance(actual_bpb, (int, float)):
+        out["bpb"] = {"predicted": bpb["predicted"], "actual": float(actual_bpb), "error": actual_bpb - bpb["predicted"],
+                      "relative_error": (actual_bpb - bpb["predicted"]) / actual_bpb,
+                      **_scored(bpb.get("interval"), bpb.get("naive"), float(actual_bpb), bpb["predicted"])}
+    return out
+
+
+def _scored(interval: Sequence[float] | None, naive: float | None, actual: float, predicted: float) -> dict:
+    """Whether the actual value fell in the interval, and the naive predictor's error beside the forecast's."""
+    return {"interval": list(interval) if interval else None,
+            "within_interval": bool(interval[0] <= actual <= interval[1]) if interval else None,
+            "naive": naive, "naive_error": None if naive is None else actual - naive,
+            "beats_naive": None if naive is None else abs(actual - predicted) < abs(actual - naive)}
 
 
 def forecast_project(params: Mapping, data_root: str | Path = "data") -> dict:
@@ -333,3 +444,39 @@ def forecast_project(params: Mapping, data_root: str | Path = "data") -> dict:
     scouts = read_summaries({name: data_root / "train" / "scout" / name for name in params["scouts"]})
     target = project_target(params["model"], params["train"], data_root / "tokenize", data_root / "mixture")
     return fit_and_predict(scouts, target, cfg)
+
+
+def forecast_metrics(prediction: Mapping) -> dict:
+    """The DVC metrics of a forecast (metrics/forecast.json): each forecast quantity's prediction, interval,
+    naive prediction and back-test errors, so `dvc exp show` sets experiments' forecasts side by side."""
+    out = {"form": prediction["form"], "points": len(prediction["points"])}
+    for name, f in (("loss", {**prediction, "predicted": prediction["predicted_loss"]}), ("bpb", prediction.get("bpb"))):
+        if not f or "predicted" not in f:
+            continue
+        out[f"predicted_{name}"] = round(f["predicted"], 4)
+        if f.get("interval"):
+            out[f"predicted_{name}_low"], out[f"predicted_{name}_high"] = (round(v, 4) for v in f["interval"])
+        out[f"naive_{name}"] = round(f["naive"], 4)
+        back = f.get("backtest") or {}
+        if "predicted" in back:
+            out[f"backtest_{name}_error"] = round(back["relative_error"], 4)
+            out[f"backtest_{name}_naive_error"] = round(back["naive_error"] / back["actual"], 4)
+    return out
+
+
+def forecast_summary(prediction: Mapping) -> str:
+    """One line: what the forecast says, with its interval and how its back-test did against the naive one."""
+    parts = []
+    for name, f in (("held-out loss", {**prediction, "predicted": prediction["predicted_loss"]}),
+                    ("benchmark bpb", prediction.get("bpb"))):
+        if not f or "predicted" not in f:
+            continue
+        text = f"{name} {f['predicted']:.3f}"
+        if f.get("interval"):
+            text += f" [{f['interval'][0]:.3f}, {f['interval'][1]:.3f}]"
+        back = f.get("backtest") or {}
+        if "predicted" in back:
+            text += (f" (back-test on {back['held_out']}: {back['relative_error']:+.1%}, naive "
+                     f"{back['naive_error'] / back['actual']:+.1%})")
+        parts.append(text)
+    return f"the full run ({prediction['form']}): " + "; ".join(parts)

@@ -416,9 +416,9 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
     pts = prediction["points"]
     target = prediction["target"]["compute"]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.scatter([p["compute"] for p in pts], [p["loss"] for p in pts], color=KEPT, zorder=3, label="scouts")
+    ax.scatter([p["compute"] for p in pts], [p["value"] for p in pts], color=KEPT, zorder=3, label="scouts")
     for p in pts:
-        ax.annotate(p["name"], (p["compute"], p["loss"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.annotate(p["name"], (p["compute"], p["value"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
     lo = min(p["compute"] for p in pts) / 1.5
     hi = max(target, max(p["compute"] for p in pts)) * 1.5
     grid = np.geomspace(lo, hi, 200)
@@ -428,6 +428,10 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
             f"fit: {par['a']:.3g}·C^-{par['b']:.3g}")
     ax.scatter([target], [prediction["predicted_loss"]], marker="*", s=160, color=DROPPED, zorder=4,
                label="forecast (before the run)")
+    if prediction.get("interval"):
+        lo_i, hi_i = prediction["interval"]
+        ax.errorbar([target], [prediction["predicted_loss"]], color=DROPPED, capsize=4, zorder=3,
+                    yerr=[[prediction["predicted_loss"] - lo_i], [hi_i - prediction["predicted_loss"]]])
     if comparison is not None:
         ax.scatter([comparison["actual_compute"]], [comparison["actual_loss"]], marker="D", color=OTHER, zorder=4,
                    label="actual")
@@ -437,7 +441,7 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
     ax.set_ylabel(f"final held-out loss ({prediction['config']['loss']})")
     ax.legend(fontsize=8)
     s.images.append(plots.save(fig, "scaling"))
-    rows = [(p["name"], p.get("params"), p.get("tokens"), p["compute"], p["loss"], r["fitted"])
+    rows = [(p["name"], p.get("params"), p.get("tokens"), p["compute"], p["value"], r["fitted"])
             for p, r in zip(pts, prediction["residuals"])]
     s.html.append(table(["run", "parameters", "tokens", "compute (FLOPs)", "held-out loss", "fitted"], rows))
     s.html.append(table(["", "value"], [
@@ -451,9 +455,31 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
           (("actual loss", f"not comparable: {incomparable}" if incomparable else
             "not run: the full run has not finished"),)),
     ]))
+    actual = {"loss": comparison, "bpb": (comparison or {}).get("bpb")}
+    rows = []
+    for name, f in (("held-out loss", {**prediction, "predicted": prediction["predicted_loss"]}),
+                    ("benchmark bits per byte", prediction.get("bpb"))):
+        if not f or "predicted" not in f:
+            continue
+        key = "loss" if name == "held-out loss" else "bpb"
+        got = actual[key]
+        value = None if got is None else got["actual_loss" if key == "loss" else "actual"]
+        back = f.get("backtest") or {}
+        rows.append((name, f["predicted"], _interval_text(f.get("interval")), f["naive"],
+                     "not run" if value is None else value,
+                     "" if got is None else ("yes" if got["beats_naive"] else "NO"),
+                     f"{back['held_out']}: {back['relative_error']:+.1%} (naive {back['naive_error'] / back['actual']:+.1%})"
+                     if "predicted" in back else back.get("skipped", "")))
+    s.html.append("<h3>Forecast against the naive predictor (the largest scout's value)</h3>")
+    s.html.append(table(["quantity", "forecast", "interval", "naive", "actual", "forecast closer than naive",
+                         "back-test: largest scout from the others (relative error)"], rows))
     if prediction.get("excluded"):
         s.html.append(table(["excluded scout", "reason"], [(e["name"], e["reason"]) for e in prediction["excluded"]]))
     return s
+
+
+def _interval_text(interval) -> str:
+    return f"[{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "no noise estimate"
 
 
 def evaluation(results: Mapping | None, missing: str) -> Section:

@@ -1,0 +1,307 @@
+"""`tokenmill compare`: which experiment wins on a metric, and whether the difference is larger than the noise.
+
+Everything is read through DVC's own API at each experiment's revision (dvc.api.exp_show to list and name
+them, dvc.api.open for the files in the cache, no checkout): the evaluate stage's per-item results
+(data/evaluate/samples: every benchmark item's scores, every held-out document's log-likelihood and bytes),
+the full run's summary (its noise-window σ per metric), the scouts' metrics (the seed spread of the replicas)
+and the mixture's metrics (tokens per bucket, documents).
+
+For every pair of experiments the difference of a metric is judged against two kinds of noise:
+  items    a paired bootstrap over the items (benchmark items, held-out documents) both experiments scored,
+           resampled within each benchmark or bucket with the same draws for both: how much the difference
+           depends on which items the evaluation happened to hold.
+  training how far the metric moves when only the seed or the checkpoint does: per experiment the larger of the
+           full run's noise-window σ and the seed spread of the largest scout trained with several seeds
+           (relative to its value, carried to the full run's value; tokenmill.evaluate.signal).
+The difference wins when it exceeds k = 2 times sqrt(σ_items² + σ_train,a² + σ_train,b²), the rule of
+tokenmill.evaluate.signal.separated; otherwise the verdict is "no winner: the difference is within the noise".
+
+Metrics (lower is better for bits per byte, higher for the rest):
+  heldout_bpb             the mean over buckets of each bucket's held-out bits per byte (the decision metric
+                          heldout_mean's per-document counterpart: the same tokenizer for every run)
+  heldout_bpb.<bucket>    one bucket's
+  benchmarks_mean.<m>     the mean over benchmarks of acc, acc_norm, prob_norm or bpb
+  <benchmark>.<m>         one benchmark's
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from tokenmill.evaluate.signal import LOWER_IS_BETTER
+
+SAMPLES = "data/evaluate/samples"
+HELDOUT_PREFIX, BENCH_PREFIX = "tm_heldout_", "tm_bench_"
+K_SIGMA = 2.0
+# The training runs' decision metric (tokenmill.evaluate.signal.CANDIDATES) -> the per-item metric it stands for.
+FROM_DECISION = {"heldout_mean": "heldout_bpb"}
+
+
+class CompareError(ValueError):
+    """A comparison that cannot be made: the message names the experiment, metric or file."""
+
+
+@dataclass
+class Experiment:
+    """What one experiment's revision holds for a comparison."""
+
+    name: str
+    rev: str
+    heldout: dict[str, dict[str, tuple[float, int]]] = field(default_factory=dict)  # bucket: doc_id: (ll, bytes)
+    items: dict[str, dict[str, dict]] = field(default_factory=dict)  # benchmark: item_id: scores
+    noise: dict[str, float] = field(default_factory=dict)  # metric: σ of the full run's noise window
+    seed_noise: dict[str, float] = field(default_factory=dict)  # metric: relative seed spread of the scouts
+    mixture: dict = field(default_factory=dict)  # metrics/mixture.json
+    heldout_loss: float | None = None  # the full run's final held-out loss (mean over buckets), nats per token
+    decision_metric: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading experiments through DVC
+
+
+def experiments(repo: str = ".") -> list[dict]:
+    """[{name, rev}] of `dvc exp show`: the workspace, the baseline commit and every experiment on it."""
+    import dvc.api
+
+    rows = dvc.api.exp_show(repo=repo)
+    out = []
+    for row in rows:
+        rev = row.get("rev")
+        name = row.get("Experiment") or rev
+        if not rev or row.get("State") in ("Failed", "Queued", "Running"):
+            continue
+        out.append({"name": name, "rev": rev, "typ": row.get("typ")})
+    return out
+
+
+def resolve(wanted: Sequence[str], repo: str = ".") -> list[tuple[str, str]]:
+    """(name, rev) for each wanted experiment name, revision or `workspace`; all of `dvc exp show` when empty."""
+    known = experiments(repo)
+    if not wanted:
+        return [(e["name"], e["rev"]) for e in known if e["rev"] != "workspace"]
+    out = []
+    for w in wanted:
+        match = [e for e in known if w in (e["name"], e["rev"])]
+        if match:
+            out.append((w, match[0]["rev"]))
+        else:  # any git revision DVC can read (a branch, a tag, a commit)
+            out.append((w, w))
+    return out
+
+
+def _open(path: str, repo: str, rev: str, name: str, mode: str = "r"):
+    import dvc.api
+
+    try:
+        return dvc.api.open(path, repo=repo, rev=None if rev == "workspace" else rev, mode=mode)
+    except Exception as exc:  # DVC raises its own errors for a missing path, rev or cache entry
+        raise CompareError(f"{name}: cannot read {path} at {rev}: {type(exc).__name__}: {exc}".split("\n")[0]) from None
+
+
+def _read_json(path: str, repo: str, rev: str, name: str, missing_ok: bool = False):
+    try:
+        with _open(path, repo, rev, name) as f:
+            return json.load(f)
+    except CompareError:
+        if missing_ok:
+            return None
+        raise
+
+
+def load(name: str, rev: str, repo: str = ".") -> Experiment:
+    """One experiment's per-item results, noise and mixture at its revision."""
+    from dvc.api import DVCFileSystem
+
+    exp = Experiment(name=name, rev=rev)
+    fs = DVCFileSystem(repo, rev=None if rev == "workspace" else rev)
+    try:
+        files = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(SAMPLES, detail=False))
+    except FileNotFoundError:
+        raise CompareError(f"{name}: no {SAMPLES} at {rev}: the evaluate stage has not run there") from None
+    for file in files:
+        with _open(f"{SAMPLES}/{file}", repo, rev, name) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        if file.startswith(HELDOUT_PREFIX):
+            for r in rows:
+                exp.heldout.setdefault(r["bucket"], {})[r["doc_id"]] = (float(r["loglikelihood"]), int(r["bytes"]))
+        elif file.startswith(BENCH_PREFIX):
+            exp.items[file[len(BENCH_PREFIX):].removesuffix(".jsonl")] = {r["item_id"]: r for r in rows}
+    summary = _read_json("data/train/pretrain/summary.json", repo, rev, name, missing_ok=True) or {}
+    exp.noise = {k: v for k, v in (summary.get("noise") or {}).items() if isinstance(v, (int, float))}
+    heldout = summary.get("heldout_loss") or {}
+    exp.heldout_loss = sum(heldout.values()) / len(heldout) if heldout else None
+    exp.seed_noise = _seed_noise(fs, repo, rev, name)
+    exp.mixture = _read_json("metrics/mixture.json", repo, rev, name, missing_ok=True) or {}
+    evaluated = _read_json("metrics/evaluate.json", repo, rev, name, missing_ok=True) or {}
+    exp.decision_metric = evaluated.get("decision_metric")
+    return exp
+
+
+def _seed_noise(fs, repo: str, rev: str, name: str) -> dict[str, float]:
+    """{heldout_mean, benchmarks_mean.bpb, ...: the seed σ relative to the value} of the largest scout rung
+    trained with several seeds (metrics/train/scout/<rung>.json, tokenmill.train.stage)."""
+    best, best_params = {}, -1
+    try:
+        files = fs.ls("metrics/train/scout", detail=False)
+    except FileNotFoundError:
+        return {}
+    for path in files:
+        m = (_read_json(path.lstrip("/"), repo, rev, name, missing_ok=True) or {}).get("scout") or {}
+        if (m.get("seeds") or 1) < 2 or (m.get("params") or 0) <= best_params:
+            continue
+        best_params, best = m["params"], {}
+        for metric, key in (("heldout_mean", "heldout_mean"), *((f"benchmarks_mean.{x}", f"benchmarks_{x}")
+                                                                 for x in ("acc", "acc_norm", "prob_norm", "bpb"))):
+            sigma, value = m.get(f"{key}_seed_sigma"), m.get(key)
+            if isinstance(sigma, (int, float)) and value:
+                best[metric] = abs(sigma / value)
+    return best
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Metrics over items, with a paired bootstrap
+
+
+def metric_names(exp: Experiment) -> list[str]:
+    names = ["heldout_bpb", *(f"heldout_bpb.{b}" for b in sorted(exp.heldout))] if exp.heldout else []
+    scored = sorted({m for items in exp.items.values() for r in items.values() for m in ("acc", "acc_norm", "prob_norm", "bpb")
+                     if m in r})
+    names += [f"benchmarks_mean.{m}" for m in scored]
+    names += [f"{b}.{m}" for b in sorted(exp.items) for m in scored]
+    return names
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric in LOWER_IS_BETTER or metric.startswith("heldout_bpb") or metric.endswith(".bpb")
+
+
+def _groups(exp: Experiment, metric: str) -> tuple[str, dict[str, dict[str, tuple]]]:
+    """(kind, {group: {id: row}}) of the items a metric is computed from: held-out documents per bucket
+    ('ratio', rows (loglikelihood, bytes)) or benchmark items per benchmark ('mean', rows (score,))."""
+    if metric.startswith("heldout_bpb"):
+        buckets = sorted(exp.heldout) if metric == "heldout_bpb" else [metric.split(".", 1)[1]]
+        missing = [b for b in buckets if b not in exp.heldout]
+        if missing:
+            raise CompareError(f"{exp.name}: no held-out documents of bucket {missing[0]!r} (it has {sorted(exp.heldout)})")
+        return "ratio", {b: exp.heldout[b] for b in buckets}
+    bench, _, m = metric.rpartition(".")
+    benches = [b for b in sorted(exp.items) if b != "tokenmill_heldout"] if bench == "benchmarks_mean" else [bench]
+    if not benches or any(b not in exp.items for b in benches) or m not in ("acc", "acc_norm", "prob_norm", "bpb"):
+        raise CompareError(f"{exp.name}: unknown metric {metric!r} (known: {', '.join(metric_names(exp))})")
+    return "mean", {b: {i: (r[m],) for i, r in exp.items[b].items() if m in r} for b in benches}
+
+
+def _stat(kind: str, groups: Sequence[np.ndarray]) -> np.ndarray:
+    """The metric of groups of rows (each (..., n, columns)): the mean over groups of each group's mean
+    (benchmarks) or bits per byte (held-out: -sum loglikelihood / sum bytes / ln 2). Leading axes (bootstrap
+    draws) are kept."""
+    if kind == "ratio":
+        per = [-g[..., 0].sum(-1) / g[..., 1].sum(-1) / math.log(2) for g in groups]
+    else:
+        per = [g[..., 0].mean(-1) for g in groups]
+    return np.mean(per, axis=0)
+
+
+def value_of(exp: Experiment, metric: str) -> float:
+    """The metric over every item the experiment scored."""
+    kind, groups = _groups(exp, metric)
+    return float(_stat(kind, [np.array(list(g.values()), dtype=float) for g in groups.values()]))
+
+
+def training_sigma(exp: Experiment, metric: str, value: float) -> float:
+    """How far the metric moves with the seed or the checkpoint alone (module docstring): the larger of the
+    full run's noise-window σ and the scouts' relative seed spread, both carried to `value`."""
+    source = "heldout_mean" if metric.startswith("heldout_bpb") else metric
+    window = exp.noise.get(source)
+    if window is not None and source == "heldout_mean":
+        # The window's σ is in nats per token of the run's own held-out loss: carried to bits per byte relatively.
+        window = window / exp.heldout_loss * value if exp.heldout_loss else None
+    relative_seed = exp.seed_noise.get(source)
+    known = [s for s in (window, None if relative_seed is None else relative_seed * value) if s is not None]
+    return max(known) if known else 0.0
+
+
+def difference(a: Experiment, b: Experiment, metric: str, draws: int = 2000, seed: int = 0,
+               level: float = 0.95) -> dict:
+    """a - b on the items both scored: the point difference, its paired bootstrap interval and σ, the training
+    noise of each, and whether the difference exceeds K_SIGMA combined σ."""
+    kind, ga = _groups(a, metric)
+    _, gb = _groups(b, metric)
+    rows_a, rows_b = [], []
+    for group in ga:
+        ids = sorted(set(ga[group]) & set(gb.get(group, {})))
+        if not ids:
+            raise CompareError(f"{a.name} and {b.name} share no item of {group!r} for {metric}: their evaluations "
+                               f"held different items (another mixture seed or evaluate.limit)")
+        rows_a.append(np.array([ga[group][i] for i in ids], dtype=float))
+        rows_b.append(np.array([gb[group][i] for i in ids], dtype=float))
+    # One set of draws for both experiments (paired), within each group (stratified).
+    rng = np.random.default_rng(seed)
+    idx = [rng.integers(0, len(r), size=(draws, len(r))) for r in rows_a]
+    diff_draws = _stat(kind, [r[i] for r, i in zip(rows_a, idx)]) - _stat(kind, [r[i] for r, i in zip(rows_b, idx)])
+    value_a, value_b = float(_stat(kind, rows_a)), float(_stat(kind, rows_b))
+    tail = (1 - level) / 2 * 100
+    sigma_items = float(np.std(diff_draws, ddof=1))
+    sa, sb = training_sigma(a, metric, value_a), training_sigma(b, metric, value_b)
+    sigma = math.sqrt(sigma_items ** 2 + sa ** 2 + sb ** 2)
+    return {"metric": metric, "a": a.name, "b": b.name, "value_a": value_a, "value_b": value_b,
+            "difference": value_a - value_b,
+            "interval": [float(np.percentile(diff_draws, tail)), float(np.percentile(diff_draws, 100 - tail))],
+            "sigma_items": sigma_items, "sigma_training_a": sa, "sigma_training_b": sb, "sigma": sigma,
+            "items": int(sum(len(r) for r in rows_a)), "separated": abs(value_a - value_b) > K_SIGMA * sigma}
+
+
+def compare(exps: Sequence[Experiment], metric: str) -> dict:
+    """Rank the experiments on a metric and judge the best against every other: a winner only when it is
+    separated from each of them (`difference`)."""
+    if len(exps) < 2:
+        raise CompareError(f"compare needs two experiments or more, got {len(exps)}")
+    lower = lower_is_better(metric)
+    ranked = sorted(exps, key=lambda e: value_of(e, metric) * (1 if lower else -1))
+    best = ranked[0]
+    pairs = [difference(best, other, metric) for other in ranked[1:]]
+    winner = best.name if all(p["separated"] for p in pairs) else None
+    close = [p["b"] for p in pairs if not p["separated"]]
+    verdict = (f"{best.name} wins on {metric}" if winner else
+               f"no winner: the difference is within the noise ({best.name} vs {', '.join(close)})")
+    return {"metric": metric, "lower_is_better": lower,
+            "ranking": [{"name": e.name, "rev": e.rev, "value": value_of(e, metric),
+                         "sigma_training": training_sigma(e, metric, value_of(e, metric))} for e in ranked],
+            "pairs": pairs, "winner": winner, "verdict": verdict}
+
+
+def data_differences(exps: Sequence[Experiment]) -> list[dict]:
+    """Per experiment: planned tokens per bucket, unique documents and held-out documents (metrics/mixture.json)."""
+    return [{"name": e.name, "planned": e.mixture.get("planned") or {},
+             "unique_documents": e.mixture.get("unique_documents"),
+             "heldout_documents": e.mixture.get("heldout_documents")} for e in exps]
+
+
+def render(result: Mapping, data: Sequence[Mapping]) -> str:
+    """The comparison as text: the ranking with σ, each pair's difference and interval, the verdict, the data."""
+    m = result["metric"]
+    lines = [f"{m} ({'lower' if result['lower_is_better'] else 'higher'} is better)", ""]
+    width = max(len(r["name"]) for r in result["ranking"])
+    for r in result["ranking"]:
+        lines.append(f"  {r['name']:<{width}}  {r['value']:.4f}  (training noise σ {r['sigma_training']:.4f})")
+    lines.append("")
+    for p in result["pairs"]:
+        lo, hi = p["interval"]
+        lines.append(f"  {p['a']} - {p['b']}: {p['difference']:+.4f}, 95% interval over {p['items']} items "
+                     f"[{lo:+.4f}, {hi:+.4f}]; σ items {p['sigma_items']:.4f}, training {p['sigma_training_a']:.4f} "
+                     f"/ {p['sigma_training_b']:.4f}: {abs(p['difference']) / p['sigma']:.1f} σ "
+                     f"({'separated' if p['separated'] else 'within the noise'})")
+    lines += ["", result["verdict"], ""]
+    buckets = sorted({b for d in data for b in d["planned"]})
+    if buckets:
+        lines.append("data: " + "  ".join(["documents", "held out", *(f"{b} tokens" for b in buckets)]))
+        for d in data:
+            lines.append(f"  {d['name']:<{width}}  {d['unique_documents']}  {d['heldout_documents']}  " +
+                         "  ".join(str(d["planned"].get(b, 0)) for b in buckets))
+    return "\n".join(lines)
