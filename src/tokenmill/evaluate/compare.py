@@ -119,11 +119,13 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
     from dvc.api import DVCFileSystem
 
     exp = Experiment(name=name, rev=rev)
-    fs = DVCFileSystem(repo, rev=None if rev == "workspace" else rev)
     try:
+        fs = DVCFileSystem(repo, rev=None if rev == "workspace" else rev)
         files = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(SAMPLES, detail=False))
     except FileNotFoundError:
         raise CompareError(f"{name}: no {SAMPLES} at {rev}: the evaluate stage has not run there") from None
+    except Exception as exc:  # DVC's own errors: an unknown revision, not a DVC repository
+        raise CompareError(f"{name}: {type(exc).__name__}: {exc}".split("\n")[0]) from None
     for file in files:
         with _open(f"{SAMPLES}/{file}", repo, rev, name) as f:
             rows = [json.loads(line) for line in f if line.strip()]

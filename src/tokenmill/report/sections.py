@@ -429,9 +429,9 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
     ax.scatter([target], [prediction["predicted_loss"]], marker="*", s=160, color=DROPPED, zorder=4,
                label="forecast (before the run)")
     if prediction.get("interval"):
-        lo_i, hi_i = prediction["interval"]
-        ax.errorbar([target], [prediction["predicted_loss"]], color=DROPPED, capsize=4, zorder=3,
-                    yerr=[[prediction["predicted_loss"] - lo_i], [hi_i - prediction["predicted_loss"]]])
+        # A line, not an error bar: the bootstrap interval need not contain the point fit (a skewed law).
+        ax.vlines([target], *prediction["interval"], color=DROPPED, lw=2, zorder=3,
+                  label=f"forecast interval ({prediction['config']['interval']:.0%})")
     if comparison is not None:
         ax.scatter([comparison["actual_compute"]], [comparison["actual_loss"]], marker="D", color=OTHER, zorder=4,
                    label="actual")

@@ -1,0 +1,101 @@
+"""`tokenmill compare`: the verdict follows the noise. Paired bootstrap over items, the training noise of each
+experiment, the winner only beyond both; and through the real DVC client on experiments of the tiny run."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tokenmill.evaluate import compare as C
+
+
+def _exp(name, bpb_shift=0.0, acc_shift=0.0, n=200, seed=0, window=None, heldout_docs=40, item_noise=0.0):
+    """An experiment whose items are one shared population (the same item ids, as two runs scoring the same
+    evaluation set) moved by a shift, plus per-experiment item noise."""
+    rng = np.random.default_rng(seed)
+    base = np.random.default_rng(42)
+    bpb = base.gamma(9.0, 0.4, size=n)
+    acc = (base.random(n) < 0.3).astype(float)
+    flip = rng.random(n) < item_noise
+    items = {f"arc_easy/{i}": {"bpb": float(bpb[i] + bpb_shift + rng.normal(0, 0.3)),
+                               "acc": float(1 - acc[i] if flip[i] else acc[i])} for i in range(n)}
+    if acc_shift:
+        for i, key in enumerate(items):
+            if i < int(acc_shift * n) and items[key]["acc"] == 0:
+                items[key]["acc"] = 1.0
+    size = base.integers(500, 5000, size=heldout_docs)
+    heldout = {"code": {f"d{i}": (float(-size[i] * math.log(2) * (2.0 + bpb_shift + rng.normal(0, 0.05))), int(size[i]))
+                        for i in range(heldout_docs)}}
+    exp = C.Experiment(name=name, rev=name, heldout=heldout, items={"arc_easy": items})
+    if window is not None:
+        exp.noise = {"heldout_mean": window, "arc_easy.bpb": window}
+        exp.heldout_loss = 4.0
+    return exp
+
+
+def test_a_real_difference_wins_and_a_reshuffle_does_not():
+    a, b = _exp("a", seed=1), _exp("better", bpb_shift=-0.15, seed=2)
+    out = C.compare([a, b], "arc_easy.bpb")
+    assert out["winner"] == "better" and out["ranking"][0]["name"] == "better"
+    pair = out["pairs"][0]
+    assert pair["difference"] == pytest.approx(-0.15, abs=0.06) and pair["interval"][1] < 0
+    # The same population with fresh item noise only: no winner, and the verdict says why.
+    same = C.compare([_exp("a", seed=1), _exp("b", seed=3)], "arc_easy.bpb")
+    assert same["winner"] is None and same["verdict"].startswith("no winner: the difference is within the noise")
+
+
+def test_the_bootstrap_is_paired():
+    # A shift far below the spread between items but identical on every item: an unpaired comparison (two
+    # independent means, se ~ 1.2 / sqrt(200) each) could not see it; the paired one does.
+    a, b = _exp("a", seed=1), _exp("b", bpb_shift=-0.12, seed=1)
+    pair = C.difference(a, b, "arc_easy.bpb")
+    spread = np.std([r["bpb"] for r in a.items["arc_easy"].values()])
+    unpaired = math.sqrt(2) * spread / math.sqrt(200)
+    assert pair["sigma_items"] < unpaired / 3
+    assert pair["separated"]
+
+
+def test_training_noise_can_hold_back_a_verdict():
+    # The same item-level difference, but each full run moves by σ 0.1 between checkpoints: within the noise.
+    quiet = C.compare([_exp("a", seed=1, window=0.0), _exp("b", bpb_shift=-0.15, seed=2, window=0.0)], "arc_easy.bpb")
+    noisy = C.compare([_exp("a", seed=1, window=0.1), _exp("b", bpb_shift=-0.15, seed=2, window=0.1)], "arc_easy.bpb")
+    assert quiet["winner"] == "b" and noisy["winner"] is None
+    assert noisy["pairs"][0]["sigma_training_a"] == pytest.approx(0.1)
+    # The held-out loss's window σ (nats per token) is carried to bits per byte relatively: 0.1 / 4.0 of 2.0.
+    exp = _exp("a", window=0.1)
+    assert C.training_sigma(exp, "heldout_bpb", 2.0) == pytest.approx(0.05)
+    exp.seed_noise = {"heldout_mean": 0.05}  # the scouts' seeds move it more: that one counts
+    assert C.training_sigma(exp, "heldout_bpb", 2.0) == pytest.approx(0.1)
+
+
+def test_heldout_bits_per_byte_is_the_ratio_of_sums():
+    exp = _exp("a", heldout_docs=3)
+    docs = exp.heldout["code"].values()
+    expected = -sum(ll for ll, _ in docs) / sum(n for _, n in docs) / math.log(2)
+    assert C.value_of(exp, "heldout_bpb.code") == pytest.approx(expected)
+    assert C.value_of(exp, "heldout_bpb") == pytest.approx(expected)  # one bucket: the mean is that bucket
+    assert C.lower_is_better("heldout_bpb.code") and not C.lower_is_better("arc_easy.acc")
+
+
+def test_errors_name_the_metric_or_the_items():
+    a = _exp("a")
+    with pytest.raises(C.CompareError, match=r"a: unknown metric 'arc_easy\.f1' \(known: heldout_bpb"):
+        C.value_of(a, "arc_easy.f1")
+    with pytest.raises(C.CompareError, match="no held-out documents of bucket 'legal'"):
+        C.value_of(a, "heldout_bpb.legal")
+    other = _exp("b")
+    other.items = {"arc_easy": {f"x{k}": v for k, v in other.items["arc_easy"].items()}}
+    with pytest.raises(C.CompareError, match="share no item of 'arc_easy'"):
+        C.difference(a, other, "arc_easy.bpb")
+    with pytest.raises(C.CompareError, match="two experiments or more"):
+        C.compare([a], "arc_easy.bpb")
+
+
+def test_render_shows_ranking_pairs_verdict_and_data():
+    a, b = _exp("a", seed=1), _exp("better", bpb_shift=-0.15, seed=2)
+    a.mixture = {"planned": {"code": 10, "web": 90}, "unique_documents": 50, "heldout_documents": 2}
+    b.mixture = {"planned": {"code": 40, "web": 60}, "unique_documents": 55, "heldout_documents": 2}
+    text = C.render(C.compare([a, b], "arc_easy.bpb"), C.data_differences([a, b]))
+    assert "arc_easy.bpb (lower is better)" in text and "better wins on arc_easy.bpb" in text
+    assert "95% interval" in text and "code tokens" in text and "  better  55  2  40  60" in text
