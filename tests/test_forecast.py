@@ -286,9 +286,18 @@ def test_forecast_of_a_real_run(tiny):
         assert prediction["target"][key] == summary[key], key
     cmp = F.compare(prediction, summary)
     assert cmp["compute_as_predicted"]
-    # Scouts of 19k-104k parameters trained for 29-87 steps are noisy rungs: three builds of this run (the
-    # corpus changing between them) missed by +0.7%, -1.9% and -5.1%. A forecast at the wrong compute (FLOPs
-    # per token or tokens off) fails the equalities above; this bounds how far the law itself may miss.
-    assert math.isfinite(cmp["error"]) and abs(cmp["relative_error"]) < 0.10, cmp
+    # The forecast must beat the naive predictor (the largest scout's value), and the tolerance is one the
+    # naive predictor fails: measured at this size, the loss missed by -1.2% against the naive -1.9%, the
+    # benchmarks' bits per byte by -0.1% against +0.3% (RESULTS.md, Scaling forecast).
+    assert abs(cmp["error"]) < abs(cmp["naive_error"]), cmp
+    assert abs(cmp["relative_error"]) < 0.015 < abs(cmp["naive_error"] / cmp["actual_loss"]), cmp
+    bpb = cmp["bpb"]
+    assert abs(bpb["error"]) < abs(bpb["naive_error"]), bpb
+    assert abs(bpb["relative_error"]) < 0.002 < abs(bpb["naive_error"] / bpb["actual"]), bpb
+    # The back-test (s3 from s1 and s2) beat the naive predictor too, before the full run existed.
+    for back in (prediction["backtest"], prediction["bpb"]["backtest"]):
+        assert back["held_out"] == "s3" and back["beats_naive"], back
+    lo, hi = prediction["interval"]
+    assert lo < prediction["predicted_loss"] < hi
     # The full run is larger than every scout: the forecast extrapolates, as it must.
     assert prediction["extrapolation"] > 1
