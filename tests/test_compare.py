@@ -61,12 +61,18 @@ def test_training_noise_can_hold_back_a_verdict():
     quiet = C.compare([_exp("a", seed=1, window=0.0), _exp("b", bpb_shift=-0.15, seed=2, window=0.0)], "arc_easy.bpb")
     noisy = C.compare([_exp("a", seed=1, window=0.1), _exp("b", bpb_shift=-0.15, seed=2, window=0.1)], "arc_easy.bpb")
     assert quiet["winner"] == "b" and noisy["winner"] is None
+    assert "no seed spread measured for" in quiet["verdict"]  # the verdict says what noise it could not see
     assert noisy["pairs"][0]["sigma_training_a"] == pytest.approx(0.1)
     # The held-out loss's window σ (nats per token) is carried to bits per byte relatively: 0.1 / 4.0 of 2.0.
     exp = _exp("a", window=0.1)
     assert C.training_sigma(exp, "heldout_bpb", 2.0) == pytest.approx(0.05)
     exp.seed_noise = {"heldout_mean": 0.05}  # the scouts' seeds move it more: that one counts
     assert C.training_sigma(exp, "heldout_bpb", 2.0) == pytest.approx(0.1)
+    seeded = [_exp("a", seed=1, window=0.0), _exp("b", bpb_shift=-0.15, seed=2, window=0.0)]
+    for e in seeded:
+        e.seed_noise = {"arc_easy.bpb": 0.05}  # 5% of ~3.6 bits: a second seed moves it by ~0.18
+    out = C.compare(seeded, "arc_easy.bpb")
+    assert out["winner"] is None and "no seed spread" not in out["verdict"]
 
 
 def test_heldout_bits_per_byte_is_the_ratio_of_sums():

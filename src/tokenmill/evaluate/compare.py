@@ -146,23 +146,33 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
 
 
 def _seed_noise(fs, repo: str, rev: str, name: str) -> dict[str, float]:
-    """{heldout_mean, benchmarks_mean.bpb, ...: the seed σ relative to the value} of the largest scout rung
-    trained with several seeds (metrics/train/scout/<rung>.json, tokenmill.train.stage)."""
+    """{metric: the seed σ relative to the value} of the largest scout rung trained with several seeds (its
+    summary and its replicas' under data/train/scout/<rung>, tokenmill.train.stage), per metric of
+    tokenmill.evaluate.signal.run_figures: heldout_mean, benchmarks_mean.<m>, <benchmark>.<m>."""
+    from tokenmill.evaluate.signal import run_figures
+
     best, best_params = {}, -1
     try:
-        files = fs.ls("metrics/train/scout", detail=False)
+        rungs = fs.ls("data/train/scout", detail=False)
     except FileNotFoundError:
         return {}
-    for path in files:
-        m = (_read_json(path.lstrip("/"), repo, rev, name, missing_ok=True) or {}).get("scout") or {}
-        if (m.get("seeds") or 1) < 2 or (m.get("params") or 0) <= best_params:
+    for rung in rungs:
+        rung = rung.lstrip("/")
+        try:
+            replicas = fs.ls(f"{rung}/replicas", detail=False)
+        except FileNotFoundError:
             continue
-        best_params, best = m["params"], {}
-        for metric, key in (("heldout_mean", "heldout_mean"), *((f"benchmarks_mean.{x}", f"benchmarks_{x}")
-                                                                 for x in ("acc", "acc_norm", "prob_norm", "bpb"))):
-            sigma, value = m.get(f"{key}_seed_sigma"), m.get(key)
-            if isinstance(sigma, (int, float)) and value:
-                best[metric] = abs(sigma / value)
+        summaries = [_read_json(path, repo, rev, name, missing_ok=True)
+                     for path in (f"{rung}/summary.json", *(f"{r.lstrip('/')}/summary.json" for r in replicas))]
+        summaries = [s for s in summaries if s]
+        if len(summaries) < 2 or (summaries[0].get("params") or 0) <= best_params:
+            continue
+        best_params, best = summaries[0]["params"], {}
+        figures = [run_figures(s) for s in summaries]
+        for metric in set.intersection(*(set(f) for f in figures)):
+            values = np.array([f[metric][0] for f in figures], dtype=float)
+            if values.mean():
+                best[metric] = float(values.std(ddof=1) / abs(values.mean()))
     return best
 
 
@@ -272,6 +282,12 @@ def compare(exps: Sequence[Experiment], metric: str) -> dict:
     close = [p["b"] for p in pairs if not p["separated"]]
     verdict = (f"{best.name} wins on {metric}" if winner else
                f"no winner: the difference is within the noise ({best.name} vs {', '.join(close)})")
+    unseeded = [e.name for e in exps if not e.seed_noise]
+    if unseeded:
+        # Without seed replicas the training noise is the checkpoint noise alone, which can be far smaller
+        # than a second seed's move (RESULTS.md: 0.36 nats against a window σ of 0.01 in the tiny run).
+        verdict += (f" — no seed spread measured for {', '.join(unseeded)} (train a scout rung with seeds: 2 or "
+                    f"more): the noise above is that of the items and the checkpoints only")
     return {"metric": metric, "lower_is_better": lower,
             "ranking": [{"name": e.name, "rev": e.rev, "value": value_of(e, metric),
                          "sigma_training": training_sigma(e, metric, value_of(e, metric))} for e in ranked],
