@@ -39,7 +39,11 @@ from benchlib import machine, timed_run, write_section  # noqa: E402
 
 
 def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path:
-    """root/tokenize and root/mixture as the tokenize and mixture stages lay them out, holding `tokens` tokens."""
+    """root/tokenize and root/mixture as the tokenize and mixture stages lay them out, holding `tokens` tokens.
+
+    Documents of 512 to 8,192 tokens written from 4,096 "words" (1-4 random token ids each) drawn with Zipf
+    frequencies, so the loss falls as on text (uniform random ids would sit at log(vocab) and a resumed run
+    could not be told from a broken one); throughput does not depend on what the ids are."""
     from tokenmill import schema
     from tokenmill.mixture import build_plan, parse_phases
     from tokenmill.tokenize import INDEX
@@ -49,9 +53,18 @@ def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path
     while sum(lengths) < tokens:
         lengths.append(int(rng.integers(512, 8193)))
     eos, dtype = 2, np.uint16 if vocab <= 2**16 else np.uint32
-    flat = rng.integers(3, vocab, size=sum(lengths) + len(lengths), dtype=dtype)
+    words = [rng.integers(3, vocab, size=int(rng.integers(1, 5))) for _ in range(4096)]
+    freq = 1.0 / np.arange(1, len(words) + 1)
+    picks = rng.choice(len(words), size=sum(lengths) // 2 + 1024, p=freq / freq.sum())
+    text = np.concatenate([words[i] for i in picks]).astype(dtype)
+    while len(text) < sum(lengths):
+        text = np.concatenate([text, text])
+    pieces, at = [], 0
+    for n in lengths:  # each document + its end-of-text, as the tokenize stage writes them
+        pieces += [text[at:at + n], np.array([eos], dtype=dtype)]
+        at += n
+    flat = np.concatenate(pieces)
     ends = np.cumsum(np.array(lengths) + 1) - 1
-    flat[ends] = eos  # an end-of-text after every document, as the tokenize stage writes them
     out = root / "tokenize"
     rel = "tokens/web/00000.bin"
     (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -71,88 +84,199 @@ def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path
     return root
 
 
-def leg(nproc: int, config: Path, corpus: Path, out: Path, stop_after: int | None) -> dict:
-    """One torchrun of tokenmill.train; rank 0's printed summary."""
+def leg(nproc: int, config: Path, corpus: Path, out: Path, stop_after: int | None, env: dict | None = None) -> dict:
+    """One torchrun of tokenmill.train; rank 0's printed summary, its wall time and its loss per step."""
+    import pyarrow.parquet as pq
+
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            "-m", "tokenmill.train", "--config", str(config), "--data-root", str(corpus), "--out", str(out)]
     if stop_after:
         cmd += ["--stop-after", str(stop_after)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
-        sys.exit(f"bench_train_gpu: training failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        return {"error": f"exit {proc.returncode}: {proc.stderr[-4000:]}", "wall_seconds": time.perf_counter() - started}
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     summary["wall_seconds"] = time.perf_counter() - started
+    steps = out / "steps.parquet"
+    if steps.exists():
+        summary["losses"] = pq.read_table(steps, columns=["loss"]).column("loss").to_pylist()
     return summary
+
+
+def reference(script: Path, name: str) -> dict:
+    """The plain reference (../shared/gpu/mfu_reference.py) on one of its configurations, in its own process."""
+    proc = subprocess.run([sys.executable, str(script), "one", name], capture_output=True, text=True,
+                          env={**os.environ, "MASTER_PORT": "29611"}, timeout=400)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"config": name, "error": (proc.stderr or proc.stdout)[-3000:]}
+
+
+def gpu_versions() -> dict:
+    import torch
+
+    out = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        out["driver"] = smi.stdout.strip() or None
+    return out
+
+
+def apply_sets(cfg: dict, sets: list[str]) -> None:
+    """--set model.document_mask=true: a dotted key of the run (model or train section), a YAML value."""
+    import yaml
+
+    for item in sets:
+        key, _, value = item.partition("=")
+        *path, last = key.split(".")
+        node = cfg
+        for part in path:
+            node = node[part]
+        if last not in node:
+            sys.exit(f"bench_train_gpu: --set {key}: no such key in the run")
+        node[last] = yaml.safe_load(value)
+
+
+def run_bench(args, cfg: dict, vocab: int) -> dict:
+    t = cfg["train"]
+    nproc = t["launch"]["nproc_per_node"]
+    result = {"label": args.label or args.scale + (f"/{args.scout}" if args.scout else ""), "scale": args.scale,
+              "scout": args.scout, "steps": args.steps, "sets": args.set, "run": cfg, "vocab_size": vocab,
+              "versions": gpu_versions(), "date": time.strftime("%Y-%m-%d"),
+              "command": "python benchmarks/bench_train_gpu.py " + " ".join(sys.argv[1:])}
+    if args.reference:
+        result["reference"] = reference(args.reference, args.reference_config)
+        print(json.dumps(result["reference"]), flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-train-gpu-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "run.json").write_text(json.dumps(cfg))
+        corpus = synthetic_corpus(tmp / "corpus", vocab, args.steps * t["seq_len"] * t["global_batch"] + 1)
+        profile = {"TOKENMILL_PROFILE": f"{tmp / 'profile'}:2:{args.profile}"} if args.profile else {}
+        legs = {}
+        if args.resume:
+            half = max(1, args.steps // 2)
+            legs["leg1"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=half)
+            legs["leg2"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=None, env=profile)
+            legs["continuous"] = leg(nproc, tmp / "run.json", corpus, tmp / "straight", stop_after=None)
+            if all("losses" in legs[k] for k in ("leg2", "continuous")):
+                a, b = legs["leg2"]["losses"], legs["continuous"]["losses"]
+                diffs = [abs(x - y) for x, y in zip(a[half:], b[half:])]
+                result["resume"] = {"half": half, "max_abs_loss_diff": max(diffs), "mean_abs_loss_diff":
+                                    sum(diffs) / len(diffs), "first_loss": b[0], "last_loss": b[-1]}
+        else:
+            legs["run"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=None, env=profile)
+        for name, summary in legs.items():
+            print(name, json.dumps(summary.get("timing") or summary.get("error")), flush=True)
+        result["legs"] = legs
+        if args.profile and (tmp / "profile" / "summary.json").exists():
+            result["profile"] = json.loads((tmp / "profile" / "summary.json").read_text())
+            result["profile_table"] = (tmp / "profile" / "table.txt").read_text()
+    return result
+
+
+def _pct(x: float | None) -> str:
+    return f"{100 * x:.1f}%" if x is not None else "–"
+
+
+def render(results: list[dict]) -> str:
+    """The RESULTS section from the runs' JSON records (written on the GPU node, rendered here)."""
+    from tokenmill.train.config import model_size
+
+    first = results[0]
+    v = first["versions"]
+    lines = [f"## Training throughput on GPU: scale={first['scale']}", "",
+             f"Machine: one {v.get('gpu')} (driver {v.get('driver')}), torch {v['torch']} (CUDA {v.get('cuda')}), "
+             f"{first['date']}. Synthetic Zipf-word tokens (bench_train_gpu.synthetic_corpus); tokens/s leave out each "
+             "leg's first step (compile), which has its own column; MFU against 989 TFLOP/s (H100 SXM dense bf16), "
+             "FLOPs per token 6 x matmul parameters + 12 x layers x d x seq (torchtitan's convention, "
+             "the reference's `mfu`), and with the attention term halved (causal).", ""]
+    lines += ["| run | command | params | seq x micro x global | tokens/s | MFU | MFU (causal) | vs reference | "
+              "peak GiB | first step s | checkpoint save s |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        t, m = r["run"]["train"], r["run"]["model"]
+        size = model_size(m, r["vocab_size"], t["seq_len"])
+        ref = r.get("reference")
+        ref_tps = ref.get("tokens_per_s") if ref else None
+        if ref and "error" not in ref:
+            lines.append(f"| reference `{ref['config']}` | `python3 mfu_reference.py one {ref['config']}` | "
+                         f"{ref['params']:,} | {ref['seq']} x {ref['micro_batch']} x {ref['micro_batch']} | "
+                         f"{ref['tokens_per_s']:,} | {100 * ref['mfu']:.1f}% | {100 * ref['mfu_causal_half']:.1f}% | 1.00 | "
+                         f"{ref['peak_mem_gb'] / 1.0737:.1f} | {ref['warmup_s'] / 3:.1f} (3 steps: {ref['warmup_s']}) | – |")
+        elif ref:
+            lines.append(f"| reference `{ref['config']}` | failed: {ref['error'][-200:]!r} | | | | | | | | | |")
+        for name, s in r["legs"].items():
+            if "error" in s:
+                lines.append(f"| {r['label']} {name} | `{r['command']}` | failed: {s['error'][-300:]!r} | | | | | | | | |")
+                continue
+            tm = s["timing"]
+            tps = tm["tokens_per_second"]
+            ratio = f"{tps / ref_tps:.2f}" if ref_tps else "–"
+            lines.append(
+                f"| {r['label']} {name} | `{r['command']}` | {size['params']:,} | {t['seq_len']} x {t.get('micro_batch')} x "
+                f"{t['global_batch']} | {tps:,.0f} | {_pct(tm['mfu'])} | {_pct(tm['mfu_causal'])} | {ratio} | "
+                f"{tm['peak_memory_bytes'] / 2**30:.1f} | {tm['first_step_seconds']:.1f} | "
+                f"{', '.join(f'{x:.1f}' for x in tm['checkpoint_save_seconds']) or '–'} |")
+    for r in results:
+        if r.get("resume"):
+            rs, l2 = r["resume"], r["legs"]["leg2"]["timing"]
+            lines += ["", f"Resume ({r['label']}): leg 1 stopped after step {rs['half']} with a checkpoint, leg 2 (a new "
+                      f"torchrun) loaded it in {l2['checkpoint_load_seconds']:.1f} s and finished; against the same run "
+                      f"without a stop, the loss per step after the resume differed by at most {rs['max_abs_loss_diff']:.2e} "
+                      f"(mean {rs['mean_abs_loss_diff']:.2e}) while the loss fell from {rs['first_loss']:.3f} to "
+                      f"{rs['last_loss']:.3f} (flash attention's backward is not deterministic: not bit-exact)."]
+        if r.get("profile"):
+            p = r["profile"]
+            lines += ["", f"Profile ({r['label']}, {p['steps']} steps after the first of leg 2, torch.profiler via "
+                      f"TOKENMILL_PROFILE): wall {p['wall_seconds']:.2f} s, GPU busy {p['gpu_busy_seconds']:.2f} s, "
+                      f"host gap {100 * p['host_gap_fraction']:.1f}% of the wall time. Top kernels by GPU time:", "",
+                      "| kernel | calls | share |", "| --- | ---: | ---: |"]
+            lines += [f"| `{k['name'][:90]}` | {k['calls']} | {100 * k['share']:.1f}% |" for k in p["top"][:12]]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", default="h100_1x")
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--scout", help="a rung of the scale's scout ladder (s1, s2, ...) instead of the full run")
+    ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--config", type=Path, help="a run saved by --save-config, instead of composing --scale")
     ap.add_argument("--save-config", type=Path, help="compose --scale for --steps, write the run here and stop")
-    ap.add_argument("--write", action="store_true", help="replace the section of this scale in RESULTS.md")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE on the run, e.g. model.document_mask=true")
+    ap.add_argument("--label")
+    ap.add_argument("--resume", action="store_true", help="leg 1 to half way, leg 2 resumed, and the run without a stop")
+    ap.add_argument("--profile", type=int, default=0, help="torch.profiler over this many steps of the (last) leg")
+    ap.add_argument("--reference", type=Path, help="mfu_reference.py, run first on the same GPU")
+    ap.add_argument("--reference-config", default="llama1b_compile_b8")
+    ap.add_argument("--json", type=Path, help="write the record here")
+    ap.add_argument("--from-json", type=Path, nargs="+", help="render records written on the GPU node")
+    ap.add_argument("--write", action="store_true", help="replace this scale's GPU section in RESULTS.md")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-train-gpu-") as tmp:
-        tmp = Path(tmp)
+    if args.from_json:
+        results = [json.loads(p.read_text()) for p in args.from_json]
+    else:
         if args.config:
             saved = json.loads(args.config.read_text())
-            cfg, vocab, args.scale, args.steps = saved["run"], saved["vocab_size"], saved["scale"], saved["steps"]
+            cfg, vocab, args.scale, args.scout = saved["run"], saved["vocab_size"], saved["scale"], saved.get("scout")
+            args.steps = saved["steps"]
         else:
-            cfg, vocab = timed_run(args.scale, args.steps, tmp, checkpoint_interval=max(1, args.steps // 2))
+            with tempfile.TemporaryDirectory() as tmp:
+                cfg, vocab = timed_run(args.scale, args.steps, Path(tmp), checkpoint_interval=10**6, scout=args.scout)
         if args.save_config:
-            args.save_config.write_text(json.dumps({"scale": args.scale, "steps": args.steps, "vocab_size": vocab,
-                                                    "run": cfg}, indent=1))
+            args.save_config.write_text(json.dumps({"scale": args.scale, "scout": args.scout, "steps": args.steps,
+                                                    "vocab_size": vocab, "run": cfg}, indent=1))
             return
-        t = cfg["train"]
-        (tmp / "run.json").write_text(json.dumps(cfg))
-        corpus = synthetic_corpus(tmp / "corpus", vocab, args.steps * t["seq_len"] * t["global_batch"] + 1)
-        nproc = t["launch"]["nproc_per_node"]
-        half = max(1, args.steps // 2)
-        first = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=half)
-        second = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=None)
-    assert first["stopped_at"] == half and second["steps"] == args.steps, (first, second)
-    assert second["timing"]["resumed_from_step"] == half, second["timing"]  # leg 2 resumed, not restarted
-
-    from tokenmill.train.config import model_size
-
-    size = model_size(cfg["model"], vocab, t["seq_len"])
-    m = machine(["torch"])
-    device = second["timing"]["device"] if second["timing"]["device"] != "cpu" else m["cpu"]
-
-    def row(name: str, s: dict) -> str:
-        tm = s["timing"]
-        pct = lambda x: f"{100 * x:.1f}%" if x is not None else "–"  # noqa: E731
-        return (f"| {name} | {tm['steps_timed']} | {tm['tokens_per_second']:,.0f} | {pct(tm['mfu'])} | "
-                f"{pct(tm['mfu_causal'])} | {tm['peak_memory_bytes'] / 2**30:.1f} | {s['wall_seconds']:.0f} |")
-
-    par, mdl, peak = t["parallel"], cfg["model"], second["timing"]["peak_flops_per_device"]
-    layout = (f"dp_replicate {par['dp_replicate']} x dp_shard {par['dp_shard']} x tp {par['tp']}, compile "
-              f"{par['compile']}, activation checkpointing {par['activation_checkpoint']}, parameters "
-              f"{par['param_dtype']} (auto: bf16 on GPU)")
-    text = f"""## Training throughput: scale={args.scale}
-
-Machine: {device}; {m['nproc']} CPU cores; Python {m['python']}, torch {m['versions']['torch']}.
-Command: `python benchmarks/bench_train_gpu.py --scale {args.scale} --steps {args.steps} --write`
-
-The preset's model, {size['params']:,} parameters ({mdl['n_layers']} layers, d {mdl['d_model']}, {mdl['n_heads']} heads,
-{mdl.get('n_kv_heads')} KV heads, FFN {mdl.get('ffn_dim')}, vocabulary {vocab:,}), sequence {t['seq_len']}, global batch
-{t['global_batch']}, micro-batch {t.get('micro_batch') or 'the whole per-rank batch'}; {layout}; {nproc} process(es)
-per node; on synthetic tokens. FLOPs per token {size['flops_per_token']:,} (6 x matmul parameters + 12 x layers x d
-x seq), {size['flops_per_token_causal']:,} with the causal attention term halved; MFU against
-{f"{peak:.3g} FLOP/s per device" if peak else "no peak (none tabled for this device): no MFU"}. Leg 1 trained
-steps 1-{half} and left with a checkpoint; leg 2, a new torchrun, resumed from it and trained to step {args.steps}.
-
-| leg | steps timed | tokens/s | MFU | MFU (causal) | peak memory GiB | wall s |
-| --- | ---: | ---: | ---: | ---: | ---: | ---: |
-{row("1: steps 1-" + str(half), first)}
-{row(f"2: resumed, steps {half + 1}-{args.steps}", second)}
-"""
+        apply_sets(cfg, args.set)
+        results = [run_bench(args, cfg, vocab)]
+        if args.json:
+            args.json.write_text(json.dumps(results[0], indent=1))
+    text = render(results)
     print(text)
     if args.write:
-        write_section(ROOT / "benchmarks" / "RESULTS.md", f"## Training throughput: scale={args.scale}", text)
+        write_section(ROOT / "benchmarks" / "RESULTS.md", f"## Training throughput on GPU: scale={results[0]['scale']}", text)
 
 
 if __name__ == "__main__":

@@ -36,10 +36,11 @@ def write_section(out: Path, title: str, text: str) -> None:
     os.replace(tmp, out)
 
 
-def timed_run(scale: str, steps: int, tmp: Path, checkpoint_interval: int) -> tuple[dict, int]:
+def timed_run(scale: str, steps: int, tmp: Path, checkpoint_interval: int, scout: str | None = None) -> tuple[dict, int]:
     """The model and train sections `-S scale=<scale>` composes (Hydra, as `dvc exp run` does), capped at
     `steps` steps with no held-out evaluation (the steps decide, not a token budget), and the scale's
-    vocabulary size. Composing needs DVC; a machine without it runs a run saved from here."""
+    vocabulary size; with `scout`, that rung of the scale's ladder as the scout stage runs it. Composing needs
+    DVC; a machine without it runs a run saved from here."""
     import yaml
 
     from tokenmill.config import compose
@@ -47,6 +48,11 @@ def timed_run(scale: str, steps: int, tmp: Path, checkpoint_interval: int) -> tu
     compose([f"scale={scale}"], conf_dir=Path(__file__).resolve().parents[1] / "conf", output=tmp / "params.yaml")
     params = yaml.safe_load((tmp / "params.yaml").read_text())
     train = params["train"]
+    if scout:
+        from tokenmill.train.stage import scout_run_config
+
+        run = scout_run_config(params["scouts"][scout], train)
+        params["model"], train = run["model"], run["train"]
     train.update(max_steps=steps, token_budget=None, tokens_per_param=10**6)
     train["checkpoint"] = {**train["checkpoint"], "interval": checkpoint_interval}
     train["logging"] = {**train["logging"], "eval_sequences": 0, "eval_interval": 10**9}

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import torch
@@ -49,6 +50,8 @@ class Checkpointer:
     def __init__(self, root: str | Path, keep: int, kill_at: set[int] | None = None):
         self.root, self.keep = Path(root), keep
         self.kill_at = kill_at or set()  # test hook: SIGKILL this process after writing these steps' shards
+        self.save_seconds: list[float] = []  # wall time of each save and of the load, barriers included
+        self.load_seconds: float | None = None
 
     def clean(self) -> None:
         """Remove what a killed run left half-written."""
@@ -59,6 +62,7 @@ class Checkpointer:
         _barrier()
 
     def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, trainer: dict) -> Path:
+        started = time.perf_counter()
         final, tmp = self.root / _name(step), self.root / f".tmp-{_name(step)}"
         if _rank() == 0:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -79,6 +83,7 @@ class Checkpointer:
             for _, old in complete_checkpoints(self.root)[:-self.keep]:
                 shutil.rmtree(old)
         _barrier()
+        self.save_seconds.append(time.perf_counter() - started)
         return final
 
     def load_latest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
@@ -90,8 +95,10 @@ class Checkpointer:
             dist.broadcast_object_list(choice, src=0)
         if choice[0] is None:
             return None
+        started = time.perf_counter()
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd, "trainer": ""}
         dcp.load(state, checkpoint_id=choice[0])
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        self.load_seconds = time.perf_counter() - started
         return json.loads(state["trainer"])

@@ -32,6 +32,8 @@ class Layout:
     dp_rank: int  # this rank's slice of each global batch
     dp_size: int
     tp: int
+    dp_shard: int = 1
+    dp_replicate: int = 1
 
     def describe(self) -> dict:
         return {"mesh": dict(zip(self.mesh.mesh_dim_names, self.mesh.shape)), "dp_size": self.dp_size, "tp": self.tp}
@@ -44,14 +46,14 @@ def build_mesh(device_type: str, shape: MeshShape) -> Layout:
     dims += [("tp", shape.tp)] if shape.tp > 1 else []
     mesh = init_device_mesh(device_type, tuple(s for _, s in dims), mesh_dim_names=tuple(n for n, _ in dims))
     if len(dims) == 1:
-        return Layout(mesh, mesh, None, mesh.get_local_rank(), shape.dp_shard, 1)
+        return Layout(mesh, mesh, None, mesh.get_local_rank(), shape.dp_shard, 1, shape.dp_shard, 1)
     dp_names = tuple(n for n, _ in dims if n != "tp")
     dp_mesh = mesh[dp_names] if len(dp_names) > 1 else mesh[dp_names[0]]
     dp_rank = mesh.get_local_rank("dp_shard")
     if shape.dp_replicate > 1:
         dp_rank += mesh.get_local_rank("dp_replicate") * shape.dp_shard
     tp_mesh = mesh["tp"] if shape.tp > 1 else None
-    return Layout(mesh, dp_mesh, tp_mesh, dp_rank, shape.dp_size, shape.tp)
+    return Layout(mesh, dp_mesh, tp_mesh, dp_rank, shape.dp_size, shape.tp, shape.dp_shard, shape.dp_replicate)
 
 
 def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
@@ -134,13 +136,31 @@ def apply_compile(model: Transformer, tensor_parallel: bool = False) -> None:
         model.tok_embeddings.register_forward_hook(lambda module, args, out: out.clone())
 
 
-def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, param_dtype: torch.dtype, reduce_dtype: torch.dtype) -> None:
+def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, param_dtype: torch.dtype, reduce_dtype: torch.dtype,
+               sharded: bool) -> None:
+    """FSDP2 per block and at the root. Unsharded (one rank per replica): nothing is freed by resharding, so
+    parameters stay gathered (cast to param_dtype) between forward and backward."""
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     blocks = list(model.layers.values())
     for i, block in enumerate(blocks):
         # The last block's parameters are needed again at once by backward: keep them gathered.
-        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
-    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=sharded and i < len(blocks) - 1)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=sharded)
+
+
+def set_micro_batch(model: torch.nn.Module, layout: Layout, last: bool) -> None:
+    """Gradient communication for the micro-batch about to run (gradient accumulation).
+
+    Unsharded (dp_shard 1, one GPU or pure replication): parameters stay gathered and gradients accumulate
+    in reduce_dtype until the last micro-batch, which alone reduces them: one cast of the parameters and one
+    reduction per step instead of one per micro-batch, at no memory cost (sharded and unsharded are the same
+    size). Sharded: every micro-batch reduce-scatters within its shard group (keeping full gradients would
+    cost the memory FSDP saves), but the all-reduce across replicas (HSDP, across nodes) waits for the last."""
+    if layout.dp_shard == 1:
+        model.set_requires_gradient_sync(last)
+        model.set_reshard_after_backward(last)
+    elif layout.dp_replicate > 1:
+        model.set_requires_all_reduce(last)
 
 
 def parallelize(model: Transformer, layout: Layout, par: ParallelConfig, device_type: str) -> None:
@@ -152,4 +172,5 @@ def parallelize(model: Transformer, layout: Layout, par: ParallelConfig, device_
     param_dtype = par.param_dtype
     if param_dtype == "auto":
         param_dtype = "bfloat16" if device_type == "cuda" else "float32"
-    apply_fsdp(model, layout.dp_mesh, getattr(torch, param_dtype), getattr(torch, par.reduce_dtype))
+    apply_fsdp(model, layout.dp_mesh, getattr(torch, param_dtype), getattr(torch, par.reduce_dtype),
+               sharded=layout.dp_shard > 1)

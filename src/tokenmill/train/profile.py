@@ -1,0 +1,103 @@
+"""A torch.profiler window over a few training steps, for finding where a step's time goes on a GPU node.
+
+Switched on from the environment, not from params, because it changes no result and must not change a stage's
+parameter hash: TOKENMILL_PROFILE="<dir>:<first step>:<steps>" profiles steps [first, first + steps) of this
+process (0-based, counted from where it started or resumed). Rank 0 writes to <dir>:
+    trace.json     the Chrome trace (chrome://tracing, Perfetto)
+    summary.json   wall seconds of the window, GPU busy seconds (kernel time, overlapping kernels merged),
+                   the host gap (wall - busy) and the top kernels with their share of GPU time
+    table.txt      torch's key_averages table sorted by device time
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+
+def parse(spec: str) -> tuple[Path, int, int] | None:
+    if not spec:
+        return None
+    try:
+        where, first, steps = spec.rsplit(":", 2)
+        return Path(where), int(first), int(steps)
+    except ValueError:
+        raise ValueError(f"TOKENMILL_PROFILE={spec!r}: expected <dir>:<first step>:<steps>") from None
+
+
+def _busy_seconds(events) -> float:
+    """GPU time covered by at least one kernel (merging overlaps: NCCL and compute streams can run together)."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+    busy, cur_a, cur_b = 0.0, None, None
+    for a, b in spans:
+        if cur_b is None or a > cur_b:
+            if cur_b is not None:
+                busy += cur_b - cur_a
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    if cur_b is not None:
+        busy += cur_b - cur_a
+    return busy / 1e6  # profiler times are microseconds
+
+
+class StepProfiler:
+    """prof.step() after every training step; a no-op when TOKENMILL_PROFILE is unset."""
+
+    def __init__(self, rank: int, device_type: str):
+        spec = parse(os.environ.get("TOKENMILL_PROFILE", ""))
+        self.prof, self.rank, self.seen = None, rank, 0
+        if spec is None:
+            return
+        self.dir, self.first, self.steps = spec
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device_type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.prof = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(wait=max(0, self.first - 1), warmup=min(1, self.first),
+                                             active=self.steps, repeat=1),
+            on_trace_ready=self._write)
+        self.prof.__enter__()
+        self.window_start = None
+
+    def step(self) -> None:
+        if self.prof is None:
+            return
+        self.seen += 1
+        if self.seen == self.first:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            self.window_start = time.perf_counter()
+        if self.seen == self.first + self.steps and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            self.window_end = time.perf_counter()
+        self.prof.step()
+
+    def _write(self, prof) -> None:
+        if self.rank != 0:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(self.dir / "trace.json"))
+        averages = prof.key_averages()
+        (self.dir / "table.txt").write_text(averages.table(sort_by="self_device_time_total", row_limit=40))
+        kernels = [e for e in averages if e.self_device_time_total > 0]
+        total = sum(e.self_device_time_total for e in kernels) or 1.0
+        top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:25]
+        wall = getattr(self, "window_end", time.perf_counter()) - (self.window_start or time.perf_counter())
+        busy = _busy_seconds(prof.events())
+        (self.dir / "summary.json").write_text(json.dumps({
+            "steps": self.steps, "wall_seconds": wall, "gpu_busy_seconds": busy,
+            "host_gap_fraction": 1 - busy / wall if wall > 0 else None,
+            "top": [{"name": e.key[:120], "calls": e.count, "device_seconds": e.self_device_time_total / 1e6,
+                     "share": e.self_device_time_total / total} for e in top]}, indent=1))
+
+    def close(self) -> None:
+        if self.prof is not None:
+            self.prof.__exit__(None, None, None)
+            self.prof = None
