@@ -84,7 +84,8 @@ def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path
     return root
 
 
-def leg(nproc: int, config: Path, corpus: Path, out: Path, stop_after: int | None, env: dict | None = None) -> dict:
+def leg(nproc: int, config: Path, corpus: Path, out: Path, stop_after: int | None, env: dict | None = None,
+        src: Path = ROOT / "src") -> dict:
     """One torchrun of tokenmill.train; rank 0's printed summary, its wall time and its loss per step."""
     import pyarrow.parquet as pq
 
@@ -92,12 +93,15 @@ def leg(nproc: int, config: Path, corpus: Path, out: Path, stop_after: int | Non
            "-m", "tokenmill.train", "--config", str(config), "--data-root", str(corpus), "--out", str(out)]
     if stop_after:
         cmd += ["--stop-after", str(stop_after)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
-        return {"error": f"exit {proc.returncode}: {proc.stderr[-4000:]}", "wall_seconds": time.perf_counter() - started}
+        # torchrun's own report comes last; the worker's exception is the last line naming an Error.
+        cause = [line for line in proc.stderr.splitlines() if "Error" in line and not line.startswith(" ")]
+        return {"error": f"exit {proc.returncode}: {cause[-1] if cause else proc.stderr[-2000:]}",
+                "stderr": proc.stderr[-6000:], "wall_seconds": time.perf_counter() - started}
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     summary["wall_seconds"] = time.perf_counter() - started
     steps = out / "steps.parquet"
@@ -159,16 +163,22 @@ def run_bench(args, cfg: dict, vocab: int) -> dict:
         legs = {}
         if args.resume:
             half = max(1, args.steps // 2)
-            legs["leg1"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=half)
-            legs["leg2"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=None, env=profile)
-            legs["continuous"] = leg(nproc, tmp / "run.json", corpus, tmp / "straight", stop_after=None)
+            legs["leg1"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=half, src=args.src)
+            legs["leg2"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=None, env=profile, src=args.src)
+            legs["continuous"] = leg(nproc, tmp / "run.json", corpus, tmp / "straight", stop_after=None, src=args.src)
             if all("losses" in legs[k] for k in ("leg2", "continuous")):
                 a, b = legs["leg2"]["losses"], legs["continuous"]["losses"]
                 diffs = [abs(x - y) for x, y in zip(a[half:], b[half:])]
                 result["resume"] = {"half": half, "max_abs_loss_diff": max(diffs), "mean_abs_loss_diff":
                                     sum(diffs) / len(diffs), "first_loss": b[0], "last_loss": b[-1]}
         else:
-            legs["run"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=None, env=profile)
+            legs["run"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=None, env=profile, src=args.src)
+            if args.repeat:  # the same run again: how far two runs apart the GPU's non-determinism puts the loss
+                legs["again"] = leg(nproc, tmp / "run.json", corpus, tmp / "again", stop_after=None, src=args.src)
+                if all("losses" in legs[k] for k in ("run", "again")):
+                    diffs = [abs(x - y) for x, y in zip(legs["run"]["losses"], legs["again"]["losses"])]
+                    result["repeat"] = {"max_abs_loss_diff": max(diffs), "mean_abs_loss_diff": sum(diffs) / len(diffs),
+                                        "diffs": diffs}
         for name, summary in legs.items():
             print(name, json.dumps(summary.get("timing") or summary.get("error")), flush=True)
         result["legs"] = legs
@@ -228,6 +238,11 @@ def render(results: list[dict]) -> str:
                       f"without a stop, the loss per step after the resume differed by at most {rs['max_abs_loss_diff']:.2e} "
                       f"(mean {rs['mean_abs_loss_diff']:.2e}) while the loss fell from {rs['first_loss']:.3f} to "
                       f"{rs['last_loss']:.3f} (flash attention's backward is not deterministic: not bit-exact)."]
+        if r.get("repeat"):
+            rp = r["repeat"]
+            lines += ["", f"Repeat ({r['label']}): the same run twice from the same seed and data, loss per step apart "
+                      f"by at most {rp['max_abs_loss_diff']:.2e} (mean {rp['mean_abs_loss_diff']:.2e}): the GPU's "
+                      "non-determinism alone."]
         if r.get("profile"):
             p = r["profile"]
             lines += ["", f"Profile ({r['label']}, {p['steps']} steps after the first of leg 2, torch.profiler via "
@@ -247,6 +262,8 @@ def main() -> None:
     ap.add_argument("--save-config", type=Path, help="compose --scale for --steps, write the run here and stop")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE on the run, e.g. model.document_mask=true")
     ap.add_argument("--label")
+    ap.add_argument("--src", type=Path, default=ROOT / "src", help="the tokenmill sources to run (an earlier commit's)")
+    ap.add_argument("--repeat", action="store_true", help="run twice and compare the losses step by step")
     ap.add_argument("--resume", action="store_true", help="leg 1 to half way, leg 2 resumed, and the run without a stop")
     ap.add_argument("--profile", type=int, default=0, help="torch.profiler over this many steps of the (last) leg")
     ap.add_argument("--reference", type=Path, help="mfu_reference.py, run first on the same GPU")

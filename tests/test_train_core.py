@@ -212,6 +212,30 @@ def test_document_mask_isolates_documents():
     assert not torch.allclose(plain(a)[:, -12:], plain(b)[:, -12:], atol=1e-3)  # without it they mix
 
 
+def test_block_mask_is_the_dense_document_mask():
+    """The FlexAttention block mask (the GPU path) allows exactly what the dense mask (the CPU path) does:
+    equal attention outputs on a batch whose rows hold documents of different lengths (forward only: CPU
+    FlexAttention has no backward), and different from plain causal attention."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from tokenmill.train.model import document_layout
+
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(3, 50, (2, 256), generator=g)
+    tokens[0, [10, 11, 140]] = 2
+    tokens[1, [200]] = 2
+    pos_dense, dense = document_layout(tokens, 2, block=False)
+    pos_block, block = document_layout(tokens, 2, block=True)
+    assert torch.equal(pos_dense, pos_block) and pos_dense[0, 12].item() == 0 and pos_dense[1, 255].item() == 54
+    q, k, v = (torch.randn(2, 4, 256, 16, generator=g) for _ in range(3))
+    with torch.no_grad():
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+        got = flex_attention(q, k, v, block_mask=block)
+        causal = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(causal, want, atol=1e-3)
+
+
 def test_init_is_deterministic_from_the_seed():
     from tokenmill.train.model import Transformer
 

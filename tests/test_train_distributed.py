@@ -8,6 +8,7 @@ start-up; the corpus is real text tokenized and planned by the project's own cod
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -144,6 +145,25 @@ def test_distributed_sigkill_while_checkpointing_resumes_from_last_complete(runs
     assert _steps(out) == _steps(runs["fsdp"]["dir"])
     summary = json.loads((out / "summary.json").read_text())
     assert summary == json.loads((runs["fsdp"]["dir"] / "summary.json").read_text())
+
+
+def test_accumulated_compiled_step_gives_the_whole_batch_gradients(runs, corpus):
+    """One process, the H100 preset's path: 4 micro-batches whose gradients FSDP accumulates unreduced and
+    reduces once on the last (parallel.set_micro_batch), compiled blocks and a compiled loss. Step 0's
+    gradients equal the eager whole-batch ones: a reduction of only the last micro-batch, or a sum instead of
+    the mean, would be off by a factor or a different batch."""
+    import subprocess
+
+    tmp = runs["tmp"]
+    cfg = tmp / "accumulated.json"
+    cfg.write_text(json.dumps(tiny_run(max_steps=1, micro_batch=2, parallel={"compile": True})))
+    grads = tmp / "accumulated.grads.pt"
+    subprocess.run([sys.executable, HELPERS, "probe", str(cfg), str(corpus), str(tmp / "accumulated"), str(grads)],
+                   check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    ref, got = runs["single"]["probe"], torch.load(grads, weights_only=False)
+    assert got["loss"] == pytest.approx(ref["loss"], rel=1e-5)
+    for name, g in ref["grads"].items():
+        torch.testing.assert_close(got["grads"][name], g, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
 
 
 def test_distributed_compiled_blocks_under_tp_give_eager_gradients(runs, corpus):

@@ -84,18 +84,23 @@ class StepProfiler:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(self.dir / "trace.json"))
-        averages = prof.key_averages()
-        (self.dir / "table.txt").write_text(averages.table(sort_by="self_device_time_total", row_limit=40))
-        kernels = [e for e in averages if e.self_device_time_total > 0]
-        total = sum(e.self_device_time_total for e in kernels) or 1.0
-        top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:25]
+        (self.dir / "table.txt").write_text(prof.key_averages().table(sort_by="self_device_time_total", row_limit=40))
+        kernels: dict[str, list] = {}  # name: [calls, seconds], device-side events only (no CPU op double counts)
+        events = prof.events()
+        for e in events:
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                k = kernels.setdefault(e.name, [0, 0.0])
+                k[0] += 1
+                k[1] += (e.time_range.end - e.time_range.start) / 1e6
+        total = sum(k[1] for k in kernels.values()) or 1.0
+        top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:25]
         wall = getattr(self, "window_end", time.perf_counter()) - (self.window_start or time.perf_counter())
-        busy = _busy_seconds(prof.events())
+        busy = _busy_seconds(events)
         (self.dir / "summary.json").write_text(json.dumps({
             "steps": self.steps, "wall_seconds": wall, "gpu_busy_seconds": busy,
-            "host_gap_fraction": 1 - busy / wall if wall > 0 else None,
-            "top": [{"name": e.key[:120], "calls": e.count, "device_seconds": e.self_device_time_total / 1e6,
-                     "share": e.self_device_time_total / total} for e in top]}, indent=1))
+            "host_gap_fraction": 1 - busy / wall if wall > 0 else None, "kernel_seconds": total,
+            "top": [{"name": name[:120], "calls": calls, "device_seconds": sec, "share": sec / total}
+                    for name, (calls, sec) in top]}, indent=1))
 
     def close(self) -> None:
         if self.prof is not None:
