@@ -204,32 +204,35 @@ def render(results: list[dict]) -> str:
              "leg's first step (compile), which has its own column; MFU against 989 TFLOP/s (H100 SXM dense bf16), "
              "FLOPs per token 6 x matmul parameters + 12 x layers x d x seq (torchtitan's convention, "
              "the reference's `mfu`), and with the attention term halved (causal).", ""]
-    lines += ["| run | command | params | seq x micro x global | tokens/s | MFU | MFU (causal) | vs reference | "
-              "peak GiB | first step s | checkpoint save s |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["| run | params | seq x micro x global | tokens/s | MFU | MFU (causal) | vs reference | "
+              "peak GiB | first step s | checkpoint save s |", "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    commands = []
     for r in results:
         t, m = r["run"]["train"], r["run"]["model"]
         size = model_size(m, r["vocab_size"], t["seq_len"])
         ref = r.get("reference")
         ref_tps = ref.get("tokens_per_s") if ref else None
         if ref and "error" not in ref:
-            lines.append(f"| reference `{ref['config']}` | `python3 mfu_reference.py one {ref['config']}` | "
-                         f"{ref['params']:,} | {ref['seq']} x {ref['micro_batch']} x {ref['micro_batch']} | "
+            commands.append(f"- reference: `python3 ../shared/gpu/mfu_reference.py one {ref['config']}` (run by the next)")
+            lines.append(f"| reference `{ref['config']}` | {ref['params']:,} | {ref['seq']} x {ref['micro_batch']} x {ref['micro_batch']} | "
                          f"{ref['tokens_per_s']:,} | {100 * ref['mfu']:.1f}% | {100 * ref['mfu_causal_half']:.1f}% | 1.00 | "
-                         f"{ref['peak_mem_gb'] / 1.0737:.1f} | {ref['warmup_s'] / 3:.1f} (3 steps: {ref['warmup_s']}) | – |")
+                         f"{ref['peak_mem_gb']:.1f} | {ref['warmup_s'] / 3:.1f} (3 steps: {ref['warmup_s']}) | – |")
         elif ref:
-            lines.append(f"| reference `{ref['config']}` | failed: {ref['error'][-200:]!r} | | | | | | | | | |")
+            lines.append(f"| reference `{ref['config']}` | failed: {ref['error'][-200:]!r} | | | | | | | | |")
+        commands.append(f"- {r['label']}: `{r['command'].split(' --json')[0]}`")
         for name, s in r["legs"].items():
             if "error" in s:
-                lines.append(f"| {r['label']} {name} | `{r['command']}` | failed: {s['error'][-300:]!r} | | | | | | | | |")
+                lines.append(f"| {r['label']} {name} | failed: {s['error'][-200:]} | | | | | | | | |")
                 continue
             tm = s["timing"]
             tps = tm["tokens_per_second"]
             ratio = f"{tps / ref_tps:.2f}" if ref_tps else "–"
             lines.append(
-                f"| {r['label']} {name} | `{r['command']}` | {size['params']:,} | {t['seq_len']} x {t.get('micro_batch')} x "
+                f"| {r['label']} {name} | {size['params']:,} | {t['seq_len']} x {t.get('micro_batch')} x "
                 f"{t['global_batch']} | {tps:,.0f} | {_pct(tm['mfu'])} | {_pct(tm['mfu_causal'])} | {ratio} | "
                 f"{tm['peak_memory_bytes'] / 2**30:.1f} | {tm['first_step_seconds']:.1f} | "
                 f"{', '.join(f'{x:.1f}' for x in tm['checkpoint_save_seconds']) or '–'} |")
+    lines += ["", "Commands (on the GPU node, from a run composed here with `--save-config`):", ""] + commands
     for r in results:
         if r.get("resume"):
             rs, l2 = r["resume"], r["legs"]["leg2"]["timing"]

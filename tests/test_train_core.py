@@ -152,6 +152,36 @@ def test_h100_presets_train_the_reference_shape(tmp_path):
         scouts = [parse_run(scout_run_config(s, p["train"])) for s in p["scouts"].values()]
         assert [model_size(r.model, vocab)["params"] for r in scouts] == [58_729_984, 125_849_856, 247_499_776]
         assert all(r.train.token_budget is None and r.train.tokens_per_param == 20 for r in scouts)
+        # The smallest rung's micro-batch is its own (measured faster on one H100), the others the full run's.
+        assert [r.train.micro_batch for r in scouts] == [16, p["train"]["micro_batch"], p["train"]["micro_batch"]]
+
+
+def test_out_of_gpu_memory_is_one_line_naming_the_micro_batch(monkeypatch, tmp_path, capsys):
+    """The allocator's error, as a scout at micro-batch 32 raised it on one H100, becomes one line saying what
+    to lower (exit 2, like every other configuration error)."""
+    import tokenmill.train.loop as loop
+    from tokenmill.train.__main__ import main
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity "
+                                     "of 79.18 GiB of which 11.94 GiB is free. Including non-PyTorch memory, ...")
+
+    monkeypatch.setattr(loop, "train", oom)
+    (tmp_path / "run.json").write_text("{}")
+    assert main(["--config", str(tmp_path / "run.json"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Tried to allocate 16.00 GiB" in err and "train.micro_batch" in err, err
+
+
+@pytest.mark.parametrize("micro, message", [
+    ("sixteen", "scouts.*.micro_batch: expected a positive integer or null, got 'sixteen'"),
+    (0, "scouts.*.micro_batch: expected a positive integer or null, got 0"),
+])
+def test_a_scout_micro_batch_of_the_wrong_type_names_its_key(micro, message):
+    from tokenmill.train.stage import scout_run_config
+
+    with pytest.raises(TrainConfigError, match=message.replace("*", r"\*")):
+        scout_run_config({"model": {}, "token_budget": None, "micro_batch": micro}, {"micro_batch": 8})
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -210,30 +240,6 @@ def test_document_mask_isolates_documents():
     plain = Transformer(parse_model(HAND_MODEL), 100, 32)
     plain.init_weights(0)
     assert not torch.allclose(plain(a)[:, -12:], plain(b)[:, -12:], atol=1e-3)  # without it they mix
-
-
-def test_block_mask_is_the_dense_document_mask():
-    """The FlexAttention block mask (the GPU path) allows exactly what the dense mask (the CPU path) does:
-    equal attention outputs on a batch whose rows hold documents of different lengths (forward only: CPU
-    FlexAttention has no backward), and different from plain causal attention."""
-    from torch.nn.attention.flex_attention import flex_attention
-
-    from tokenmill.train.model import document_layout
-
-    g = torch.Generator().manual_seed(0)
-    tokens = torch.randint(3, 50, (2, 256), generator=g)
-    tokens[0, [10, 11, 140]] = 2
-    tokens[1, [200]] = 2
-    pos_dense, dense = document_layout(tokens, 2, block=False)
-    pos_block, block = document_layout(tokens, 2, block=True)
-    assert torch.equal(pos_dense, pos_block) and pos_dense[0, 12].item() == 0 and pos_dense[1, 255].item() == 54
-    q, k, v = (torch.randn(2, 4, 256, 16, generator=g) for _ in range(3))
-    with torch.no_grad():
-        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense)
-        got = flex_attention(q, k, v, block_mask=block)
-        causal = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    assert not torch.allclose(causal, want, atol=1e-3)
 
 
 def test_init_is_deterministic_from_the_seed():

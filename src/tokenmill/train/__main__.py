@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+import torch
+
 from tokenmill.train.config import TrainConfigError
 from tokenmill.train.data import DataError
 
@@ -35,6 +37,13 @@ def main(argv: list[str] | None = None) -> int:
                         stop_after=args.stop_after, evalset=args.evalset)
     except (TrainConfigError, DataError, TrainError, ValueError, FileNotFoundError) as exc:
         print(f"train: {exc}", file=sys.stderr)
+        return 2
+    except torch.OutOfMemoryError as exc:
+        # Seen on one H100: a scout at micro-batch 32 asked for 16 GiB of float32 logits. One line, not the
+        # allocator's paragraph, and what to change.
+        first = str(exc).split(". ", 2)
+        print(f"train: out of GPU memory ({'. '.join(first[:2])}): lower train.micro_batch (a scout's: "
+              "scouts.<rung>.micro_batch) or set train.parallel.activation_checkpoint", file=sys.stderr)
         return 2
     import os
 

@@ -12,7 +12,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from tokenmill.train.config import ModelConfig
 
@@ -32,30 +31,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return out.type_as(x)
 
 
-def document_layout(tokens: torch.Tensor, eos_id: int, block: bool | None = None
-                    ) -> tuple[torch.Tensor, BlockMask | torch.Tensor]:
-    """Positions that restart after every end-of-text, and a mask allowing attention only to earlier tokens of
-    the same document. The end-of-text token belongs to the document it ends.
-
-    On a GPU (block None) the mask is a FlexAttention block mask: SDPA given a dense (B, 1, S, S) mask cannot
-    use its flash or cuDNN kernels, and FlexAttention skips the blocks the mask empties (measured on one H100
-    at the reference shape: RESULTS.md, "Training throughput on GPU"). On CPU it is the dense boolean mask
-    for SDPA: FlexAttention has no backward on CPU, and CPU runs use short sequences."""
+def document_layout(tokens: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions that restart after every end-of-text, and a (B, 1, S, S) mask allowing attention only to
+    earlier tokens of the same document. The end-of-text token belongs to the document it ends."""
     is_eos = (tokens == eos_id).to(torch.int64)
     doc = torch.cumsum(is_eos, dim=1) - is_eos  # documents started before each token
     idx = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
     # Start of each token's document: the largest index whose previous token is eos (or 0).
     starts = torch.where(torch.cat([torch.ones_like(is_eos[:, :1]), is_eos[:, :-1]], dim=1).bool(), idx, 0)
     positions = idx - torch.cummax(starts, dim=1).values
-
-    def same_document_causal(b, h, q, kv):
-        return (doc[b, q] == doc[b, kv]) & (q >= kv)
-
-    B, S = tokens.shape
-    if block if block is not None else tokens.is_cuda:
-        return positions, create_block_mask(same_document_causal, B, None, S, S, device=tokens.device)
-    causal = torch.ones(S, S, dtype=torch.bool, device=tokens.device).tril()
-    return positions, ((doc.unsqueeze(2) == doc.unsqueeze(1)) & causal).unsqueeze(1)
+    same_doc = doc.unsqueeze(2) == doc.unsqueeze(1)
+    causal = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool, device=tokens.device).tril()
+    return positions, (same_doc & causal).unsqueeze(1)
 
 
 class Attention(nn.Module):
@@ -70,7 +57,7 @@ class Attention(nn.Module):
         self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: BlockMask | torch.Tensor | None):
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None):
         B, S, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds n_heads / tp query and kv heads.
         q = self.wq(x).view(B, S, -1, self.head_dim)
@@ -84,8 +71,6 @@ class Attention(nn.Module):
         gqa = self.q_per_kv > 1
         if mask is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        elif isinstance(mask, BlockMask):  # document masking on a GPU (document_layout)
-            out = flex_attention(q, k, v, block_mask=mask, enable_gqa=gqa)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.wo(out.transpose(1, 2).reshape(B, S, -1))

@@ -48,17 +48,27 @@ class LaunchError(RuntimeError):
 
 
 def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
-    """A rung of the scout ladder ({model: {...}, token_budget: N[, seeds: K]}) with the full run's recipe
-    (train).
+    """A rung of the scout ladder ({model: {...}, token_budget: N[, seeds: K][, micro_batch: M]}) with the full
+    run's recipe (train).
 
-    token_budget null trains it, like the full run, on train.tokens_per_param x its own parameters."""
-    if not isinstance(scout, Mapping) or not {"model", "token_budget"} <= set(scout) <= {"model", "token_budget", "seeds"}:
+    token_budget null trains it, like the full run, on train.tokens_per_param x its own parameters.
+    micro_batch replaces the full run's: a small model is overhead-bound and wants larger micro-batches
+    (measured on one H100: RESULTS.md, "Training on one H100: findings")."""
+    keys = {"model", "token_budget", "seeds", "micro_batch"}
+    if not isinstance(scout, Mapping) or not {"model", "token_budget"} <= set(scout) <= keys:
         got = sorted(scout) if isinstance(scout, Mapping) else type(scout).__name__
-        raise TrainConfigError(f"a scout needs the keys model and token_budget (and optionally seeds), got {got}")
+        raise TrainConfigError(f"a scout needs the keys model and token_budget (and optionally seeds, micro_batch), "
+                               f"got {got}")
     budget = scout["token_budget"]
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)):
         raise TrainConfigError(f"scouts.*.token_budget: expected an integer or null, got {budget!r}")
-    return {"model": dict(scout["model"]), "train": {**dict(train_cfg), "token_budget": budget}}
+    train = {**dict(train_cfg), "token_budget": budget}
+    if "micro_batch" in scout:
+        micro = scout["micro_batch"]
+        if micro is not None and (not isinstance(micro, int) or isinstance(micro, bool) or micro < 1):
+            raise TrainConfigError(f"scouts.*.micro_batch: expected a positive integer or null, got {micro!r}")
+        train["micro_batch"] = micro
+    return {"model": dict(scout["model"]), "train": train}
 
 
 def seed_replicas(scout: Mapping, run_cfg: Mapping) -> list[dict]:
