@@ -93,8 +93,11 @@ def leg(nproc: int, config: Path, corpus: Path, out: Path, stop_after: int | Non
            "-m", "tokenmill.train", "--config", str(config), "--data-root", str(corpus), "--out", str(out)]
     if stop_after:
         cmd += ["--stop-after", str(stop_after)]
+    # PYTHONPATH is prepended to, not replaced: wheels installed beside the node's torch (pydantic) stay visible.
+    # TORCH_LOGS: graph breaks and recompilations cost throughput silently; their lines go into the record.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "TORCH_LOGS": os.environ.get("TORCH_LOGS", "graph_breaks,recompiles"), **(env or {})}
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
@@ -104,6 +107,8 @@ def leg(nproc: int, config: Path, corpus: Path, out: Path, stop_after: int | Non
                 "stderr": proc.stderr[-6000:], "wall_seconds": time.perf_counter() - started}
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     summary["wall_seconds"] = time.perf_counter() - started
+    summary["compile_log"] = [line for line in proc.stderr.splitlines()
+                              if "graph break" in line.lower() or "recompil" in line.lower()][:50]
     steps = out / "steps.parquet"
     if steps.exists():
         summary["losses"] = pq.read_table(steps, columns=["loss"]).column("loss").to_pylist()
@@ -206,7 +211,7 @@ def render(results: list[dict]) -> str:
              "the reference's `mfu`), and with the attention term halved (causal).", ""]
     lines += ["| run | params | seq x micro x global | tokens/s | MFU | MFU (causal) | vs reference | "
               "peak GiB | first step s | checkpoint save s |", "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    commands = []
+    commands, notes = [], []
     for r in results:
         t, m = r["run"]["train"], r["run"]["model"]
         size = model_size(m, r["vocab_size"], t["seq_len"])
@@ -227,12 +232,18 @@ def render(results: list[dict]) -> str:
             tm = s["timing"]
             tps = tm["tokens_per_second"]
             ratio = f"{tps / ref_tps:.2f}" if ref_tps else "–"
+            if s.get("compile_log"):
+                notes.append(f"{r['label']} {name}: {len(s['compile_log'])} graph-break/recompile log lines, first: "
+                             f"`{s['compile_log'][0][:160]}`")
             lines.append(
                 f"| {r['label']} {name} | {size['params']:,} | {t['seq_len']} x {t.get('micro_batch')} x "
                 f"{t['global_batch']} | {tps:,.0f} | {_pct(tm['mfu'])} | {_pct(tm['mfu_causal'])} | {ratio} | "
                 f"{tm['peak_memory_bytes'] / 2**30:.1f} | {tm['first_step_seconds']:.1f} | "
                 f"{', '.join(f'{x:.1f}' for x in tm['checkpoint_save_seconds']) or '–'} |")
     lines += ["", "Commands (on the GPU node, from a run composed here with `--save-config`):", ""] + commands
+    lines += ["", "torch.compile (TORCH_LOGS=graph_breaks,recompiles): " + ("; ".join(notes) if notes else
+              "no graph break or recompilation logged" if any("compile_log" in s for r in results
+                                                              for s in r["legs"].values()) else "not captured")]
     for r in results:
         if r.get("resume"):
             rs, l2 = r["resume"], r["legs"]["leg2"]["timing"]

@@ -69,6 +69,8 @@ def test_mfu_by_hand():
     assert mfu(84_100, size["flops_per_token_causal"], 1, peak) == pytest.approx(0.4708, abs=1e-4)
     assert mfu(84_100 * 8, size["flops_per_token"], 8, peak) == pytest.approx(0.5393, abs=1e-4)
     assert peak_flops("cpu") is None and mfu(1000.0, 1.0, 1, None) is None
+    # The other H100s by the names torch reports: PCIe and NVL have lower clocks than the SXM part.
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12 and peak_flops("NVIDIA H100 NVL") == 835e12
     assert peak_flops("cpu", override=1e12) == 1e12
 
 
@@ -240,6 +242,31 @@ def test_document_mask_isolates_documents():
     plain = Transformer(parse_model(HAND_MODEL), 100, 32)
     plain.init_weights(0)
     assert not torch.allclose(plain(a)[:, -12:], plain(b)[:, -12:], atol=1e-3)  # without it they mix
+
+
+def test_rope_tables_reach_the_blocks_in_float32_under_bf16_parameters():
+    """FSDP's mixed precision casts a module's floating inputs to param_dtype; the blocks opt out, so the RoPE
+    tables stay float32 under bf16 parameters (the GPU presets) as on CPU, while the hidden state is bf16."""
+    import torch.distributed as dist
+
+    from tokenmill.train.config import MeshShape, ParallelConfig
+    from tokenmill.train.loop import init_distributed
+    from tokenmill.train.model import Transformer
+    from tokenmill.train.parallel import build_mesh, parallelize
+
+    device, created = init_distributed("cpu")
+    try:
+        model = Transformer(parse_model(HAND_MODEL), 100, 32)
+        model.init_weights(0)
+        layout = build_mesh("cpu", MeshShape(1, 1, 1, 2, 2))
+        parallelize(model, layout, ParallelConfig(param_dtype="bfloat16"), "cpu")
+        seen = []
+        model.layers["0"].register_forward_pre_hook(lambda mod, args: seen.append([a.dtype for a in args[:3]]))
+        model(torch.randint(3, 100, (2, 32)))
+        assert seen == [[torch.bfloat16, torch.float32, torch.float32]], seen
+    finally:
+        if created:
+            dist.destroy_process_group()
 
 
 def test_init_is_deterministic_from_the_seed():

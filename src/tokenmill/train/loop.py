@@ -105,10 +105,14 @@ def init_distributed(device: str) -> tuple[torch.device, bool]:
     if not dist.is_initialized():
         # cpu:gloo beside NCCL serves object collectives (checkpoint choice) without touching the GPU.
         backend = "cpu:gloo,cuda:nccl" if use_cuda else "gloo"
+        # device_id binds the group to this rank's GPU: NCCL starts now instead of at the first collective,
+        # and the DeviceMesh's sub-groups split its communicator instead of each creating one.
+        bound = {"device_id": torch.device("cuda", torch.cuda.current_device())} if use_cuda else {}
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, init_method="env://")
+            dist.init_process_group(backend, init_method="env://", **bound)
         else:
-            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
+                                    **bound)
         created = True
     return torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu"), created
 
@@ -306,6 +310,47 @@ def spike_verdict(loss: float, grad_norm: float, losses: list[float], norms: lis
 
 
 # ---------------------------------------------------------------------------------------------------------
+# One step
+
+
+def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike) -> dict:
+    """One optimizer step, all of it: the step's batch (this rank's slice), forward and backward over its
+    micro-batches, the global loss and gradient norm (one device-to-host read: each read waits for the GPU),
+    the spike verdict, then the clipped update or the skip. Returns the step's row of STEPS; a skipped step
+    also gets its row of SPIKES, with the documents it held. `state` carries the spike window across steps
+    (and checkpoints)."""
+    batch = trainer.loader.batch(step)
+    ce = trainer.forward_backward(batch.inputs, batch.targets)
+    norm_t = trainer.grad_norm()
+    loss, norm = torch.stack([_world_mean(ce), norm_t.float()]).tolist()
+    # With the guard disabled only non-finite values are caught (a history that is never long enough).
+    reason = spike_verdict(loss, norm, state["losses"], state["norms"], spike.k_sigma,
+                           spike.min_history if spike.enabled else math.inf)
+    window_means = (float(np.mean(state["losses"])) if state["losses"] else None,
+                    float(np.mean(state["norms"])) if state["norms"] else None)
+    if math.isfinite(loss) and math.isfinite(norm):
+        # Skipped steps enter the window too: a lasting change of level (a new phase, the decay) is absorbed
+        # after a few steps instead of locking the run out; an isolated bad batch is still judged against the
+        # window before it. Measured: with accepted steps only, a tiny model's gradient norm doubled at step 22
+        # and every later step was skipped.
+        state["losses"] = (state["losses"] + [loss])[-spike.window:]
+        state["norms"] = (state["norms"] + [norm])[-spike.window:]
+    if reason is None:
+        trainer.clip_and_step(norm_t, lr)
+        state["consecutive"] = 0
+    else:
+        trainer.optimizer.zero_grad(set_to_none=True)
+        state["consecutive"] += 1
+        state["spikes"].append({
+            "step": step, "reason": reason, "loss": loss, "grad_norm": norm,
+            "window_mean_loss": window_means[0], "window_mean_grad_norm": window_means[1],
+            "doc_ids": trainer.loader.doc_ids(step)})
+    return {"step": step, "stream_window": trainer.loader.window(step), "phase": batch.phase,
+            "tokens_hash": batch.tokens_hash, "tokens": (step + 1) * trainer.cfg.train.tokens_per_step,
+            "loss": loss, "grad_norm": norm, "lr": lr, "skipped": reason is not None, "skip_reason": reason}
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The run
 
 
@@ -493,40 +538,12 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
     interval_start, interval_tokens = time.perf_counter(), 0
     for step in range(state["step"], total_steps):
         started = time.perf_counter()
-        batch = trainer.loader.batch(step)
-        lr = schedule.lr(step)
-        ce = trainer.forward_backward(batch.inputs, batch.targets)
-        norm_t = trainer.grad_norm()
-        # One device-to-host read for both figures the guard needs (each read waits for the GPU).
-        loss, norm = torch.stack([_world_mean(ce), norm_t.float()]).tolist()
-        # With the guard disabled only non-finite values are caught (a history that is never long enough).
-        reason = spike_verdict(loss, norm, state["losses"], state["norms"], t.spike.k_sigma,
-                               t.spike.min_history if t.spike.enabled else math.inf)
-        window_means = (float(np.mean(state["losses"])) if state["losses"] else None,
-                        float(np.mean(state["norms"])) if state["norms"] else None)
-        if math.isfinite(loss) and math.isfinite(norm):
-            # Skipped steps enter the window too: a lasting change of level (a new phase, the decay) is
-            # absorbed after a few steps instead of locking the run out; an isolated bad batch is still
-            # judged against the window before it. Measured: with accepted steps only, a tiny model's
-            # gradient norm doubled at step 22 and every later step was skipped.
-            state["losses"] = (state["losses"] + [loss])[-t.spike.window:]
-            state["norms"] = (state["norms"] + [norm])[-t.spike.window:]
-        if reason is None:
-            trainer.clip_and_step(norm_t, lr)
-            state["consecutive"] = 0
-        else:
-            trainer.optimizer.zero_grad(set_to_none=True)
-            state["consecutive"] += 1
-            state["spikes"].append({
-                "step": step, "reason": reason, "loss": loss, "grad_norm": norm,
-                "window_mean_loss": window_means[0], "window_mean_grad_norm": window_means[1],
-                "doc_ids": trainer.loader.doc_ids(step)})
-            if rank == 0:
-                print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {norm:.4f})", flush=True)
-        state["records"].append({"step": step, "stream_window": trainer.loader.window(step), "phase": batch.phase,
-                                 "tokens_hash": batch.tokens_hash,
-                                 "tokens": (step + 1) * t.tokens_per_step, "loss": loss, "grad_norm": norm,
-                                 "lr": lr, "skipped": reason is not None, "skip_reason": reason})
+        record = train_step(trainer, step, schedule.lr(step), state, t.spike)
+        state["records"].append(record)
+        reason, loss = record["skip_reason"], record["loss"]
+        if reason is not None and rank == 0:
+            print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {record['grad_norm']:.4f})",
+                  flush=True)
         # No synchronize: the read of the loss above already waited for forward and backward; the optimizer's
         # kernels run on while the host reads the next batch, and are counted in the next step's time.
         elapsed = time.perf_counter() - started
@@ -544,8 +561,8 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             tps = interval_tokens / seconds if seconds > 0 else 0.0
             live.step = step + 1
             live.log_metric("train/loss", loss)
-            live.log_metric("train/grad_norm", norm)
-            live.log_metric("train/lr", lr)
+            live.log_metric("train/grad_norm", record["grad_norm"])
+            live.log_metric("train/lr", record["lr"])
             live.log_metric("perf/tokens_per_second", tps)
             live.log_metric("perf/memory_gib", _peak_memory(device) / 2**30)
             for name, key in (("perf/mfu", "flops_per_token"), ("perf/mfu_causal", "flops_per_token_causal")):

@@ -10,6 +10,7 @@ from __future__ import annotations
 PEAK_FLOPS = {
     "H100 SXM": 989e12,  # "NVIDIA H100 80GB HBM3"
     "H100 PCIe": 756e12,
+    "H100 NVL": 835e12,  # "NVIDIA H100 NVL": 1,671 TFLOP/s with sparsity on its data sheet
     "H200": 989e12,
     "A100": 312e12,
     "L40S": 362e12,
@@ -22,7 +23,10 @@ def peak_flops(device_name: str, override: float | None = None) -> float | None:
         return float(override)
     name = device_name.upper()
     if "H100" in name:
-        return PEAK_FLOPS["H100 PCIe"] if "PCIE" in name else PEAK_FLOPS["H100 SXM"]
+        for variant in ("PCIe", "NVL"):
+            if variant.upper() in name:
+                return PEAK_FLOPS[f"H100 {variant}"]
+        return PEAK_FLOPS["H100 SXM"]
     for key, value in PEAK_FLOPS.items():
         if key.upper() in name:
             return value

@@ -141,10 +141,14 @@ def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, param_dtype: torch.dtype
     """FSDP2 per block and at the root. Unsharded (one rank per replica): nothing is freed by resharding, so
     parameters stay gathered (cast to param_dtype) between forward and backward."""
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    # Blocks do not cast their inputs: the hidden state arrives in param_dtype from the embedding anyway, and
+    # the RoPE tables must stay float32 (cast to bf16 they would lose the angle's low digits at long positions,
+    # and GPU runs would rotate differently from CPU runs).
+    block_mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=False)
     blocks = list(model.layers.values())
     for i, block in enumerate(blocks):
         # The last block's parameters are needed again at once by backward: keep them gathered.
-        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=sharded and i < len(blocks) - 1)
+        fully_shard(block, mesh=dp_mesh, mp_policy=block_mp, reshard_after_forward=sharded and i < len(blocks) - 1)
     fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=sharded)
 
 
