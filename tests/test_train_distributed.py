@@ -69,6 +69,23 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("layout", ["fsdp", "fsdp_tp"])
+def test_meta_device_init_gives_the_same_weights_under_every_layout(runs, layout):
+    """Each rank materialises only its shards and draws each parameter from a generator seeded by its name:
+    the weights, gathered, equal the one process's exactly under FSDP on 2 ranks and FSDP x TP on 2 x 2."""
+    ref, got = runs["single"]["probe"]["weights"], runs[layout]["probe"]["weights"]
+    assert set(got) == set(ref)
+    for name, w in ref.items():
+        assert torch.equal(got[name], w), name
+        # Drawn as init_weights says, not the uninitialised memory to_empty leaves: init_std 0.02, and the
+        # blocks' output projections 0.02 / sqrt(2 x 2 layers).
+        if name.endswith("norm.weight"):
+            assert torch.equal(w, torch.ones_like(w)), name
+        else:
+            std = 0.01 if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")) else 0.02
+            assert 0.8 * std < w.std().item() < 1.2 * std and abs(w.mean().item()) < 0.2 * std, name
+
+
+@pytest.mark.parametrize("layout", ["fsdp", "fsdp_tp"])
 def test_distributed_gradients_equal_single_process(runs, layout):
     ref, got = runs["single"]["probe"], runs[layout]["probe"]
     assert got["layout"]["dp_size"] == 2 and got["layout"]["tp"] == (2 if layout == "fsdp_tp" else 1)

@@ -132,6 +132,8 @@ def probe_main(config_path: str, corpus: str, out_dir: str, grads_path: str) -> 
     device, created = init_distributed("cpu")
     stream = PlanStream(Path(corpus) / "tokenize", Path(corpus) / "mixture")
     trainer = Trainer(parse_run(run_cfg), stream, device)
+    weights = {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+               for name, p in trainer.model.named_parameters()}
     batch = trainer.loader.batch(0)
     loss = float(_world_mean(trainer.forward_backward(batch.inputs, batch.targets)))
     grads = {}
@@ -139,7 +141,7 @@ def probe_main(config_path: str, corpus: str, out_dir: str, grads_path: str) -> 
         g = p.grad
         grads[name] = (g.full_tensor() if isinstance(g, DTensor) else g).detach().clone()
     if dist.get_rank() == 0:
-        torch.save({"loss": loss, "grads": grads, "layout": trainer.layout.describe()}, grads_path)
+        torch.save({"loss": loss, "grads": grads, "weights": weights, "layout": trainer.layout.describe()}, grads_path)
     del trainer
     train(run_cfg, corpus, out_dir, None)
     if created:

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                SequenceParallel, parallelize_module)
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
@@ -165,6 +165,15 @@ def set_micro_batch(model: torch.nn.Module, layout: Layout, last: bool) -> None:
         model.set_reshard_after_backward(last)
     elif layout.dp_replicate > 1:
         model.set_requires_all_reduce(last)
+
+
+def write_param(param: torch.Tensor, full: torch.Tensor) -> None:
+    """Set a (possibly sharded) parameter from its whole value, which every rank computed alike: a DTensor keeps
+    its own shard of it, without communication (src_data_rank None: each rank slices its local copy)."""
+    if isinstance(param, DTensor):
+        param.copy_(distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None))
+    else:
+        param.copy_(full)
 
 
 def parallelize(model: Transformer, layout: Layout, par: ParallelConfig, device_type: str) -> None:
