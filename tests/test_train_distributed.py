@@ -70,8 +70,9 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("layout", ["fsdp", "fsdp_tp"])
 def test_meta_device_init_gives_the_same_weights_under_every_layout(runs, layout):
-    """Each rank materialises only its shards and draws each parameter from a generator seeded by its name:
-    the weights, gathered, equal the one process's exactly under FSDP on 2 ranks and FSDP x TP on 2 x 2."""
+    """Each rank materialises only its shards (the model was built on the meta device) and keeps its part of
+    each parameter's draw: the weights, gathered, equal the one process's exactly under FSDP on 2 ranks and
+    FSDP x TP on 2 x 2."""
     ref, got = runs["single"]["probe"]["weights"], runs[layout]["probe"]["weights"]
     assert set(got) == set(ref)
     for name, w in ref.items():

@@ -7,7 +7,6 @@ tensor-parallel shard. Parameter counts match config.model_size exactly (a test 
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Callable
 
@@ -104,11 +103,6 @@ class Block(nn.Module):
         return x + self.feed_forward(self.ffn_norm(x))
 
 
-def _param_seed(seed: int, name: str) -> int:
-    """A parameter's own generator seed: 63 bits of a hash of the run's seed and the parameter's name."""
-    return int.from_bytes(hashlib.blake2b(f"{seed}/{name}".encode(), digest_size=8).digest(), "little") >> 1
-
-
 class Transformer(nn.Module):
     """tokens (B, S) -> logits (B, S, vocab). eos_id is used only by document masking."""
 
@@ -131,25 +125,34 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int, write: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
-        """Deterministic from the seed and each parameter's name alone.
+        """Deterministic from the seed alone (one CPU generator, parameters in a fixed order).
 
         Normal(0, init_std) for every matrix, with the output projections of each block (wo, w2) scaled by
         1/sqrt(2 n_layers) (GPT-2), so the residual stream's variance does not grow with depth; norms at 1.
-        Every parameter draws its whole tensor from its own generator (seeded by seed and name) on the device it
-        lives on, so the values depend neither on the order of modules nor on how the model is sharded: the
-        training stage builds the model on the meta device, shards it, materialises only each rank's shards
-        and passes `write` (parallel.write_param), which keeps a sharded parameter's own part of the draw.
-        The same seed draws other values on a GPU than on a CPU (their generators differ)."""
+        Each parameter's whole value is drawn in turn and handed to `write`: the training stage builds the model
+        on the meta device, shards it, materialises only this rank's shards and passes parallel.write_param,
+        which keeps the shard's part of the draw. So the values do not depend on the layout, and no rank holds
+        more than one whole parameter at a time; every rank still draws all of them on its CPU (the same values
+        as before meta initialisation: drawing per parameter on the GPU would change every run's numbers)."""
         write = write or (lambda param, full: param.copy_(full))
-        deep = self.cfg.init_std / math.sqrt(2 * self.cfg.n_layers)
-        for name, p in self.named_parameters():  # a tied output layer is the embedding, named once
-            if name.endswith("norm.weight"):
-                full = torch.ones(p.shape, dtype=p.dtype, device=p.device)
-            else:
-                std = deep if name.endswith((".attention.wo.weight", ".feed_forward.w2.weight")) else self.cfg.init_std
-                g = torch.Generator(device=p.device).manual_seed(_param_seed(seed, name))
-                full = torch.randn(p.shape, generator=g, dtype=torch.float32, device=p.device).mul_(std).to(p.dtype)
-            write(p, full)
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        std = self.cfg.init_std
+        deep = std / math.sqrt(2 * self.cfg.n_layers)
+
+        def normal_(p: torch.Tensor, s: float) -> None:
+            full = torch.randn(p.shape, generator=g, dtype=torch.float32).mul_(s)
+            write(p, full.to(device=p.device, dtype=p.dtype))
+
+        normal_(self.tok_embeddings.weight, std)
+        for block in self.layers.values():
+            a, f = block.attention, block.feed_forward
+            for lin, s in ((a.wq, std), (a.wk, std), (a.wv, std), (a.wo, deep), (f.w1, std), (f.w3, std), (f.w2, deep)):
+                normal_(lin.weight, s)
+        if not self.cfg.tie_embeddings:
+            normal_(self.output.weight, std)
+        for m in self.modules():
+            if isinstance(m, nn.RMSNorm):
+                write(m.weight, torch.ones(m.weight.shape, dtype=m.weight.dtype, device=m.weight.device))
         cos, sin = rope_tables(self.cfg.head_dim, self.rope_cos.shape[0], self.cfg.rope_theta)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
