@@ -136,6 +136,24 @@ def test_scale_presets_fit_their_launch_and_their_ladder_climbs(scale, tmp_path)
     assert rungs == sorted(rungs) and len(set(rungs)) == len(rungs), rungs
 
 
+def test_tensor_parallel_is_for_the_8b_preset_only(tmp_path):
+    """TP where it pays: the 0.86B presets shard with FSDP/HSDP only; the 8B preset (Llama-3-8B's shape with
+    the 32k vocabulary: by hand, per layer 2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336 + 2 x 4096 =
+    218,112,000; 32 layers, final norm 4,096, embedding and output 2 x 32768 x 4096: 7,248,023,552) runs TP 2
+    inside a node under HSDP 4 x 8, and its layout fills its 64 processes."""
+    from tokenmill.train.config import mesh_shape
+
+    for scale, tp in (("h100_1x", 1), ("h100_8x", 1), ("h100_64x", 1), ("h100_64x_8b", 2)):
+        p = _composed(tmp_path, f"scale={scale}")
+        assert p["train"]["parallel"]["tp"] == tp, scale
+    p = _composed(tmp_path, "scale=h100_64x_8b")
+    assert model_size(p["model"], p["tokenizer"]["vocab_size"])["params"] == 7_248_023_552
+    run = parse_run({"model": p["model"], "train": p["train"]})
+    shape = mesh_shape(run.train, 64)
+    assert (shape.dp_replicate, shape.dp_shard, shape.tp, shape.per_rank, shape.micro_batch) == (4, 8, 2, 32, 2)
+    assert run.train.launch.nproc_per_node % shape.tp == 0  # TP stays inside a node
+
+
 def test_h100_presets_train_the_reference_shape(tmp_path):
     """Issue 8's reference shape, whose MFU on one H100 is the target: 16 layers, d 2048, 32 heads, 8 KV heads,
     FFN 5632, vocabulary 32768, sequence 4096. By hand: per layer q and o 2 x 2048^2, k and v 2 x 2048 x 512,
@@ -187,9 +205,9 @@ def test_a_scout_micro_batch_of_the_wrong_type_names_its_key(micro, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["train.parallel.tp=4"], "train.parallel: dp_replicate 1 x dp_shard 4 x tp 4 does not fill 8 processes"),
-    (["train.global_batch=510"], "train.global_batch (510) must be divisible by the data-parallel size (4 = "),
-    (["train.micro_batch=12"], "train.micro_batch (12) must divide the sequences per data-parallel rank (128 = "),
+    (["train.parallel.tp=4"], "train.parallel: dp_replicate 1 x dp_shard 8 x tp 4 does not fill 8 processes"),
+    (["train.global_batch=510"], "train.global_batch (510) must be divisible by the data-parallel size (8 = "),
+    (["train.micro_batch=12"], "train.micro_batch (12) must divide the sequences per data-parallel rank (64 = "),
 ])
 def test_a_layout_that_misfits_its_launch_stops_the_stage_before_torchrun(overrides, message, tmp_path):
     """One line naming the keys, raised before any process starts or any data is read (the data root here
