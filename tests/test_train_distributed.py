@@ -130,6 +130,28 @@ def test_distributed_resume_is_bit_exact(runs, corpus, layout, nproc, over):
         assert torch.equal(w, straight[name]), name
 
 
+def test_asynchronous_checkpoints_change_nothing_and_resume_bit_exact(runs, corpus):
+    """Checkpoints written by a background thread (train.checkpoint.asynchronous, the GPU default) while the
+    next steps train: the run's steps and weights equal the synchronous run's bit for bit, and its step-4
+    checkpoint, whose write was held back (slow_checkpoint) until steps 5-8 had changed the weights in place,
+    resumes to the same 8 steps: the write reads the host copy taken at step 4, not the live weights."""
+    tmp = runs["tmp"]
+    cfg, out = _config(tmp, "async", checkpoint={"asynchronous": True}), tmp / "async"
+    _launch(2, cfg, corpus, out, env={"TOKENMILL_FAULT": "slow_checkpoint=2"})
+    assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["step_00000004", "step_00000008"]
+    assert _steps(out) == _steps(runs["fsdp"]["dir"])
+    straight = _weights(runs["fsdp"]["dir"])
+    for name, w in _weights(out).items():
+        assert torch.equal(w, straight[name]), name
+    again = tmp / "async_from_4"
+    (again / "checkpoints").mkdir(parents=True)
+    shutil.copytree(out / "checkpoints" / "step_00000004", again / "checkpoints" / "step_00000004")
+    _launch(2, cfg, corpus, again)
+    assert _steps(again) == _steps(runs["fsdp"]["dir"])
+    for name, w in _weights(again).items():
+        assert torch.equal(w, straight[name]), name
+
+
 def test_distributed_fsdp_checkpoint_resumes_under_fsdp_tp(runs, corpus):
     """The 2-rank FSDP checkpoint at step 4 loads on a 2 x 2 FSDP + TP mesh and the run carries on as FSDP
     would (same step records up to 4, the same losses within float tolerance after)."""

@@ -193,12 +193,14 @@ class BatchLoader:
 
 
 def _parse_fault(spec: str) -> dict:
-    """TOKENMILL_FAULT="corrupt_step=5,7;kill_in_checkpoint=4": failures injected by tests (never in runs)."""
+    """TOKENMILL_FAULT="corrupt_step=5,7;kill_in_checkpoint=4;slow_checkpoint=2": failures injected by tests
+    (never in runs); slow_checkpoint: an asynchronous checkpoint's write starts that many seconds late."""
     out: dict = {}
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         key, _, value = part.partition("=")
-        if key not in ("corrupt_step", "kill_in_checkpoint"):
-            raise ValueError(f"TOKENMILL_FAULT: unknown fault {key!r} (corrupt_step, kill_in_checkpoint)")
+        if key not in ("corrupt_step", "kill_in_checkpoint", "slow_checkpoint"):
+            raise ValueError(f"TOKENMILL_FAULT: unknown fault {key!r} (corrupt_step, kill_in_checkpoint, "
+                             "slow_checkpoint)")
         out[key] = {int(v) for v in value.split(",") if v}
     return out
 

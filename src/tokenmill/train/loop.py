@@ -459,7 +459,9 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
     schedule = make_schedule(t.schedule, t.optimizer.lr, total_steps,
                              None if decay_at is None else decay_at // t.tokens_per_step)
     fault = _parse_fault(os.environ.get("TOKENMILL_FAULT", ""))
-    ckpt = Checkpointer(out_dir / "checkpoints", t.checkpoint.keep, kill_at=fault.get("kill_in_checkpoint"))
+    asynchronous = t.checkpoint.asynchronous if t.checkpoint.asynchronous != "auto" else device.type == "cuda"
+    ckpt = Checkpointer(out_dir / "checkpoints", t.checkpoint.keep, kill_at=fault.get("kill_in_checkpoint"),
+                        asynchronous=asynchronous, write_delay=max(fault.get("slow_checkpoint", {0})))
     ckpt.clean()
     state = ckpt.load_latest(trainer.model, trainer.optimizer)
     resumed = state is not None
@@ -582,6 +584,8 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         if (step + 1) % t.checkpoint.interval == 0 or last or stop:
             state["rng"] = _rng_state()
             ckpt.save(step + 1, trainer.model, trainer.optimizer, state)
+        if stop or last:
+            ckpt.wait()  # the run's last checkpoint is complete (renamed) before the run reports or leaves
         if stop:
             profiler.close()
             if live is not None:
