@@ -193,6 +193,10 @@ def run_bench(args, cfg: dict, vocab: int) -> dict:
     return result
 
 
+def _num(x: float | None) -> str:
+    return f"{x:.1f}" if x is not None else "–"  # an earlier commit's sources (--src) may not report it
+
+
 def _pct(x: float | None) -> str:
     return f"{100 * x:.1f}%" if x is not None else "–"
 
@@ -238,8 +242,8 @@ def render(results: list[dict]) -> str:
             lines.append(
                 f"| {r['label']} {name} | {size['params']:,} | {t['seq_len']} x {t.get('micro_batch')} x "
                 f"{t['global_batch']} | {tps:,.0f} | {_pct(tm['mfu'])} | {_pct(tm['mfu_causal'])} | {ratio} | "
-                f"{tm['peak_memory_bytes'] / 2**30:.1f} | {tm['first_step_seconds']:.1f} | "
-                f"{', '.join(f'{x:.1f}' for x in tm['checkpoint_save_seconds']) or '–'} |")
+                f"{tm['peak_memory_bytes'] / 2**30:.1f} | {_num(tm.get('first_step_seconds'))} | "
+                f"{', '.join(f'{x:.1f}' for x in tm.get('checkpoint_save_seconds', [])) or '–'} |")
     lines += ["", "Commands (on the GPU node, from a run composed here with `--save-config`):", ""] + commands
     lines += ["", "torch.compile (TORCH_LOGS=graph_breaks,recompiles): " + ("; ".join(notes) if notes else
               "no graph break or recompilation logged" if any("compile_log" in s for r in results
@@ -248,7 +252,7 @@ def render(results: list[dict]) -> str:
         if r.get("resume"):
             rs, l2 = r["resume"], r["legs"]["leg2"]["timing"]
             lines += ["", f"Resume ({r['label']}): leg 1 stopped after step {rs['half']} with a checkpoint, leg 2 (a new "
-                      f"torchrun) loaded it in {l2['checkpoint_load_seconds']:.1f} s and finished; against the same run "
+                      f"torchrun) loaded it in {_num(l2.get('checkpoint_load_seconds'))} s and finished; against the same run "
                       f"without a stop, the loss per step after the resume differed by at most {rs['max_abs_loss_diff']:.2e} "
                       f"(mean {rs['mean_abs_loss_diff']:.2e}) while the loss fell from {rs['first_loss']:.3f} to "
                       f"{rs['last_loss']:.3f} (flash attention's backward is not deterministic: not bit-exact)."]

@@ -4,12 +4,14 @@
 # gpu-run/ (git-ignored), travels with the working tree when named in the device tool's carry.
 #
 #   bash benchmarks/gpu_session.sh prepare [BASELINE_REV]   # configs, wheels, the baseline's sources
-#   bash benchmarks/gpu_session.sh run OUT_DIR              # on the node: records in OUT_DIR/*.json
+#   bash benchmarks/gpu_session.sh run1 OUT_DIR             # on the node: records in OUT_DIR/*.json
+#   bash benchmarks/gpu_session.sh run2 OUT_DIR             # the next call, while the machine is warm
 #   python benchmarks/bench_train_gpu.py --from-json OUT_DIR/h100_1x.json ... --write   # here again
 #
-# `run` takes about 9 minutes on one H100: the reference beside the baseline's sources and the current ones
-# (each change measured in one call), a profile, resume against an unstopped run, the same run twice (the
-# GPU's own non-determinism), the document mask, and the smallest scout by micro-batch.
+# Each part fits one 10-minute call on one H100 (each torchrun leg costs about 100 s besides its steps:
+# start, compile, the final checkpoint and weights). run1: the reference beside the baseline's sources and
+# the current ones (each change measured in one call), a profile, resume against an unstopped run. run2: the
+# same run twice (the GPU's own non-determinism), the document mask, the smallest scout by micro-batch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=gpu-run
@@ -18,7 +20,7 @@ prepare)
     rev=${2:-9434e4b^}  # the training code as the first H100 measurement found it
     PY=.venv/bin/python
     mkdir -p $DIR/wheels $DIR/baseline
-    $PY benchmarks/bench_train_gpu.py --scale h100_1x --steps 16 --save-config $DIR/h100_1x.json
+    $PY benchmarks/bench_train_gpu.py --scale h100_1x --steps 10 --save-config $DIR/h100_1x.json
     $PY benchmarks/bench_train_gpu.py --scale h100_1x --scout s1 --steps 12 --save-config $DIR/s1.json
     rm -rf $DIR/baseline/src && git archive "$rev" src | tar -x -C $DIR/baseline && git rev-parse --short "$rev" > $DIR/baseline/REV
     cp ../shared/gpu/mfu_reference.py $DIR/
@@ -30,21 +32,25 @@ prepare)
             -d $DIR/wheels "$pkg==$v"
     done
     du -sh $DIR ;;
-run)
-    OUT=${2:?usage: gpu_session.sh run OUT_DIR}
+run1|run2)
+    OUT=${2:?usage: gpu_session.sh run1|run2 OUT_DIR}
     mkdir -p "$OUT"
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/tokenmill-site $DIR/wheels/*.whl || exit 1
     export PYTHONPATH=/tmp/tokenmill-site PYTHONUNBUFFERED=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt"
     B="python3 benchmarks/bench_train_gpu.py"; C=$DIR/h100_1x.json
-    $B --config $C --set train.max_steps=10 --reference $DIR/mfu_reference.py --src $DIR/baseline/src \
-        --label "baseline $(cat $DIR/baseline/REV 2>/dev/null)" --json "$OUT/baseline.json"
-    $B --config $C --resume --profile 3 --label "h100_1x" --json "$OUT/h100_1x.json"
-    $B --config $C --set train.max_steps=8 --repeat --label "h100_1x twice" --json "$OUT/repeat.json"
-    $B --config $C --set train.max_steps=6 --set model.document_mask=true --label "document_mask" --json "$OUT/docmask.json"
-    for mb in 16 32; do
-        $B --config $DIR/s1.json --set train.micro_batch=$mb --label "s1 micro $mb" --json "$OUT/s1_mb$mb.json"
-    done ;;
+    if [ "$1" = run1 ]; then
+        $B --config $C --reference $DIR/mfu_reference.py --src $DIR/baseline/src \
+            --label "baseline $(cat $DIR/baseline/REV)" --json "$OUT/baseline.json"
+        $B --config $C --resume --profile 3 --label "h100_1x" --json "$OUT/h100_1x.json"
+    else
+        $B --config $C --set train.max_steps=4 --repeat --label "h100_1x twice" --json "$OUT/repeat.json"
+        $B --config $C --set train.max_steps=4 --set model.document_mask=true --label "document_mask" \
+            --json "$OUT/docmask.json"
+        for mb in 16 32; do
+            $B --config $DIR/s1.json --set train.micro_batch=$mb --label "s1 micro $mb" --json "$OUT/s1_mb$mb.json"
+        done
+    fi ;;
 *)
-    sed -n 2,13p "$0"; exit 2 ;;
+    sed -n '2,/^set/p' "$0" | grep '^#'; exit 2 ;;
 esac
