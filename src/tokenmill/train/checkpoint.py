@@ -41,6 +41,16 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+class _Writer(dcp.FileSystemWriter):
+    """DCP's file writer without the storage metadata it records by default: the absolute path it wrote to
+    and a random save id, which made two builds of the same inputs differ in checkpoints/*/.metadata (and so
+    in their DVC hashes, rerunning every stage below). The loader does not need them (it fills in an empty
+    StorageMeta when there is none)."""
+
+    def storage_meta(self):
+        return None
+
+
 def _host_copy(obj):
     """A copy of a state dict in host memory, DTensors kept as DTensors (same mesh, placements and global
     shape) with a host copy of their local shard: what a background write may read while training goes on."""
@@ -110,14 +120,14 @@ class Checkpointer:
             future = self._pool.submit(self._write, _host_copy(state), tmp)
             self._pending = (future, step, tmp, final)
         else:
-            dcp.save(state, checkpoint_id=str(tmp))
+            dcp.save(state, storage_writer=_Writer(str(tmp)))
             self._commit(step, tmp, final)
         self.save_seconds.append(time.perf_counter() - started)
         return final
 
     def _write(self, state: dict, tmp: Path) -> None:
         time.sleep(self.write_delay)
-        dcp.save(state, checkpoint_id=str(tmp), process_group=self._group)
+        dcp.save(state, storage_writer=_Writer(str(tmp)), process_group=self._group)
 
     def wait(self, count: bool = True) -> None:
         """Finish the write in flight, if any: every rank's shards written, then the rename to step_<N>."""
