@@ -150,6 +150,12 @@ def apply_sets(cfg: dict, sets: list[str]) -> None:
         node[last] = yaml.safe_load(value)
 
 
+def loss_gap(a: list[float], b: list[float]) -> dict:
+    """How far two runs' losses are apart, step by step."""
+    diffs = [abs(x - y) for x, y in zip(a, b)]
+    return {"max_abs_loss_diff": max(diffs), "mean_abs_loss_diff": sum(diffs) / len(diffs)}
+
+
 def run_bench(args, cfg: dict, vocab: int) -> dict:
     t = cfg["train"]
     nproc = t["launch"]["nproc_per_node"]
@@ -173,17 +179,14 @@ def run_bench(args, cfg: dict, vocab: int) -> dict:
             legs["continuous"] = leg(nproc, tmp / "run.json", corpus, tmp / "straight", stop_after=None, src=args.src)
             if all("losses" in legs[k] for k in ("leg2", "continuous")):
                 a, b = legs["leg2"]["losses"], legs["continuous"]["losses"]
-                diffs = [abs(x - y) for x, y in zip(a[half:], b[half:])]
-                result["resume"] = {"half": half, "max_abs_loss_diff": max(diffs), "mean_abs_loss_diff":
-                                    sum(diffs) / len(diffs), "first_loss": b[0], "last_loss": b[-1]}
+                result["resume"] = {"half": half, **loss_gap(a[half:], b[half:]), "first_loss": b[0],
+                                    "last_loss": b[-1]}
         else:
             legs["run"] = leg(nproc, tmp / "run.json", corpus, tmp / "out", stop_after=None, env=profile, src=args.src)
             if args.repeat:  # the same run again: how far two runs apart the GPU's non-determinism puts the loss
                 legs["again"] = leg(nproc, tmp / "run.json", corpus, tmp / "again", stop_after=None, src=args.src)
                 if all("losses" in legs[k] for k in ("run", "again")):
-                    diffs = [abs(x - y) for x, y in zip(legs["run"]["losses"], legs["again"]["losses"])]
-                    result["repeat"] = {"max_abs_loss_diff": max(diffs), "mean_abs_loss_diff": sum(diffs) / len(diffs),
-                                        "diffs": diffs}
+                    result["repeat"] = loss_gap(legs["run"]["losses"], legs["again"]["losses"])
         for name, summary in legs.items():
             print(name, json.dumps(summary.get("timing") or summary.get("error")), flush=True)
         result["legs"] = legs

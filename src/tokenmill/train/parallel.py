@@ -30,10 +30,13 @@ class Layout:
     dp_mesh: DeviceMesh  # what FSDP shards over (2-D for HSDP: replicate x shard)
     tp_mesh: DeviceMesh | None
     dp_rank: int  # this rank's slice of each global batch
-    dp_size: int
+    dp_replicate: int
+    dp_shard: int
     tp: int
-    dp_shard: int = 1
-    dp_replicate: int = 1
+
+    @property
+    def dp_size(self) -> int:
+        return self.dp_replicate * self.dp_shard
 
     def describe(self) -> dict:
         return {"mesh": dict(zip(self.mesh.mesh_dim_names, self.mesh.shape)), "dp_size": self.dp_size, "tp": self.tp}
@@ -46,14 +49,14 @@ def build_mesh(device_type: str, shape: MeshShape) -> Layout:
     dims += [("tp", shape.tp)] if shape.tp > 1 else []
     mesh = init_device_mesh(device_type, tuple(s for _, s in dims), mesh_dim_names=tuple(n for n, _ in dims))
     if len(dims) == 1:
-        return Layout(mesh, mesh, None, mesh.get_local_rank(), shape.dp_shard, 1, shape.dp_shard, 1)
+        return Layout(mesh, mesh, None, mesh.get_local_rank(), 1, shape.dp_shard, 1)
     dp_names = tuple(n for n, _ in dims if n != "tp")
     dp_mesh = mesh[dp_names] if len(dp_names) > 1 else mesh[dp_names[0]]
     dp_rank = mesh.get_local_rank("dp_shard")
     if shape.dp_replicate > 1:
         dp_rank += mesh.get_local_rank("dp_replicate") * shape.dp_shard
     tp_mesh = mesh["tp"] if shape.tp > 1 else None
-    return Layout(mesh, dp_mesh, tp_mesh, dp_rank, shape.dp_size, shape.tp, shape.dp_shard, shape.dp_replicate)
+    return Layout(mesh, dp_mesh, tp_mesh, dp_rank, shape.dp_replicate, shape.dp_shard, shape.tp)
 
 
 def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:

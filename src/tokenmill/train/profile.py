@@ -64,7 +64,7 @@ class StepProfiler:
                                              active=self.steps, repeat=1),
             on_trace_ready=self._write)
         self.prof.__enter__()
-        self.window_start = None
+        self.window_start = self.window_end = None  # wall clock of the profiled steps, synchronized
 
     def step(self) -> None:
         if self.prof is None:
@@ -94,7 +94,7 @@ class StepProfiler:
                 k[1] += (e.time_range.end - e.time_range.start) / 1e6
         total = sum(k[1] for k in kernels.values()) or 1.0
         top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:25]
-        wall = getattr(self, "window_end", time.perf_counter()) - (self.window_start or time.perf_counter())
+        wall = (self.window_end or time.perf_counter()) - (self.window_start or time.perf_counter())
         busy = _busy_seconds(events)
         (self.dir / "summary.json").write_text(json.dumps({
             "steps": self.steps, "wall_seconds": wall, "gpu_busy_seconds": busy,
