@@ -74,8 +74,7 @@ vocabulary, tied embeddings; sequence 256, 16 sequences = 4,096 tokens per step,
 | --- | ---: | ---: | ---: | ---: |
 {rows}
 
-No GPU was available to this session: the h100_1x run of the ~1B model (tokens/s, MFU under both FLOP
-conventions, peak memory, resume) is still to be measured (docs/training.md has the command).
+The ~1B model on one H100: "Training throughput on GPU: scale=h100_1x" and "Training on one H100: findings".
 """
     print(text)
     if args.write:
