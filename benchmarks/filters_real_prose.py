@@ -95,7 +95,7 @@ def count_drops(docs: list[str], params: dict) -> dict:
     examples: dict[str, str] = {}
     for doc in docs:
         t = Text(doc)
-        failed = [m.name for name, rules, _ in TEXT_GROUPS for m in rules(t, params[name]) if not m.ok]
+        failed = [m.name for name, rules in TEXT_GROUPS for m in rules(t, params[name]) if not m.ok]
         for rule in failed:
             any_[rule] += 1
             examples.setdefault(rule, doc[:300])

@@ -8,11 +8,12 @@ FSDP / TP shards in one process).
 import sys
 
 from tokenmill.export import export_run
-from tokenmill.runtime import StageRun, input_id, load_params, merge_params, script
+from tokenmill.params import resolve
+from tokenmill.runtime import StageRun, input_id, load_params, script
 
 
 def main(run: str, tokenizer_stage: str) -> int:
-    p = merge_params("export", {"step": None}, load_params("export")["export"], types={"step": int})
+    p = resolve("export", load_params("export")["export"])
     run_dir, tok_dir = f"data/train/{run}", f"data/{tokenizer_stage}/hf"
     with StageRun("export", "data/export", p, libraries=("torch", "safetensors", "transformers")) as run_:
         run_.input_hashes.update({run: input_id(run_dir), tokenizer_stage: input_id(f"data/{tokenizer_stage}")})

@@ -37,8 +37,9 @@ def _project(tmp_path: Path, warc_dir: Path | None = None, reference: bool = Tru
     (root / "data" / "sample" / "eval").mkdir(parents=True)
     (root / "data" / "sample" / "eval" / "heldout.jsonl").write_text("")
     (root / "data" / "benchmarks").mkdir()  # what the benchmarks stage writes before the check runs
+    item = '{"id": "q1", "context": "Question: Which gas do plants take in?", "choices": ["CO2", "O2"], "gold": 0}\n'
     for name in KNOWN:
-        (root / "data" / "benchmarks" / f"{name}.jsonl").write_text("")
+        (root / "data" / "benchmarks" / f"{name}.jsonl").write_text(item)
     if reference:
         (root / "data" / "sample" / "reference").mkdir()
         (root / "data" / "sample" / "reference" / "reference-00000.parquet").write_bytes(b"")
@@ -58,7 +59,7 @@ def test_the_crawl_preset_with_its_files_passes_and_warns_about_missing_buckets(
 
 def test_the_crawl_preset_before_any_file_is_there(tmp_path):
     result = check_config(_params(tmp_path, "source=crawl"), DVC, _project(tmp_path))
-    assert result["problems"][0] == ("sources.crawl_warc.paths: no files match 'data/raw/warc/**/*.warc.gz'; "
+    assert result["problems"][0] == ("sources.crawl_warc.paths: no files match 'data/raw/warc/**/*.warc*'; "
                                      "put warc files there, or mark the source `optional: true`")
     assert len(result["problems"]) == 2 and "no source has any file" in result["problems"][1]
 
@@ -92,7 +93,10 @@ def test_missing_benchmark_file_and_a_file_outside_the_stage_dependencies(tmp_pa
     assert result["problems"][0] == (f"decontaminate.benchmarks[{n}]: gsm8k: no file "
                                      "'data/user/benchmarks/gsm8k/test.jsonl'; put it there, or mark it "
                                      "`optional: true`")
-    outside = [p for p in result["problems"] if p.startswith(f"decontaminate.benchmarks[{n + 1}]")]
+    outside = [p for p in result["problems"] if p.startswith(f"decontaminate.benchmarks[{n + 1}]") and "dvc.yaml" in p]
+    # ... and it is read by its reader: a Markdown file is no llm_foundry benchmark, named by file and item
+    unreadable = [p for p in result["problems"] if p.startswith(f"decontaminate.benchmarks[{n + 1}]") and "dvc.yaml" not in p]
+    assert len(unreadable) == 1 and "SOURCES.md (llm_foundry) cannot be read: " in unreadable[0], unreadable
     assert [p.split(" stage")[0].rsplit(" ", 1)[-1] for p in outside] == ["decontaminate", "evaluate"]
     assert all(p.endswith("so editing it would rerun nothing; move it under data/user/benchmarks/") for p in outside)
 
@@ -108,6 +112,6 @@ def test_dvc_stops_at_the_check_before_ingest(tmp_path):
                 repo, check=False)
     assert proc.returncode != 0
     assert "Running stage 'check'" in proc.stdout and "Running stage 'ingest'" not in proc.stdout
-    assert ("check: sources.crawl_warc.paths: no files match 'data/raw/warc/**/*.warc.gz'; put warc files "
+    assert ("check: sources.crawl_warc.paths: no files match 'data/raw/warc/**/*.warc*'; put warc files "
             "there, or mark the source `optional: true`\n") in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -474,10 +474,11 @@ def test_file_that_is_not_parquet_is_a_read_error(tmp_path, ingest, conservation
 def test_parquet_without_the_text_column_is_a_read_error(tmp_path, ingest, conservation):
     import pyarrow as pa
 
-    path = _parquet(tmp_path / "in" / "wrong.parquet", pa.table({"body": ["x", "y"], "url": ["u1", "u2"]}))
-    out = ingest(warc_source(path, "p", "parquet"))
+    _parquet(tmp_path / "in" / "wrong.parquet", pa.table({"body": ["x", "y"], "url": ["u1", "u2"]}))
+    _parquet(tmp_path / "in" / "good.parquet", pa.table({"text": ["One good document beside it."]}))
+    out = ingest(warc_source(tmp_path / "in" / "*.parquet", "p", "parquet"))
     conservation(out)
-    assert out.records == []
+    assert [r["file"] for r in out.records] == ["good.parquet"]
     assert [(e["file"], e["offset"]) for e in out.read_errors] == [("wrong.parquet", 0)]
     assert "'text'" in out.read_errors[0]["error"] and "body" in out.read_errors[0]["error"]
 
@@ -485,11 +486,27 @@ def test_parquet_without_the_text_column_is_a_read_error(tmp_path, ingest, conse
 def test_parquet_text_column_of_the_wrong_type_drops_each_row(tmp_path, ingest, conservation):
     import pyarrow as pa
 
-    path = _parquet(tmp_path / "in" / "ints.parquet", pa.table({"text": [1, 2, 3]}))
-    out = ingest(warc_source(path, "p", "parquet"))
+    _parquet(tmp_path / "in" / "ints.parquet", pa.table({"text": [1, 2, 3]}))
+    _parquet(tmp_path / "in" / "good.parquet", pa.table({"text": ["One good document beside it."]}))
+    out = ingest(warc_source(tmp_path / "in" / "*.parquet", "p", "parquet"))
     conservation(out)
-    assert [(r["locator"], r["reason"]) for r in out.joined()] == [
+    assert [(r["locator"], r["reason"]) for r in out.joined() if r["file"] == "ints.parquet"] == [
         ("row:0", "malformed_record"), ("row:1", "malformed_record"), ("row:2", "malformed_record")]
+
+
+def test_a_crawl_of_only_unreadable_files_stops_ingest_naming_them(tmp_path, ingest):
+    """0 documents is not a result to hand on: four stages later it used to end in a traceback in quality that
+    did not point back to the input. Ingest stops with one line naming each file and its first read error."""
+    import pyarrow as pa
+
+    _parquet(tmp_path / "in" / "wrong.parquet", pa.table({"body": ["x"]}))
+    (tmp_path / "in" / "noise.parquet").write_bytes(b"\x00\x01not parquet at all" * 10)
+    with pytest.raises(SourceError) as exc:
+        ingest(warc_source(tmp_path / "in" / "*.parquet", "p", "parquet"))
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("0 documents from 2 source files")
+    assert "p:wrong.parquet (1 read errors, first: no column 'text'" in msg and "p:noise.parquet (1 read errors" in msg
+    _nothing_written(tmp_path)
 
 
 def test_damaged_parquet_row_group_is_a_read_error_and_the_others_are_read(tmp_path, ingest, conservation):

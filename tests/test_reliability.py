@@ -24,7 +24,7 @@ import pytest
 from tokenmill import cli, lineage
 from tokenmill.execution import LocalExecutor, TaskError
 from tokenmill.lineage.connect import connect
-from tokenmill.runtime import ParamError, merge_params
+from tokenmill.runtime import ParamError
 
 PROJECT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -260,16 +260,6 @@ def test_bad_dedup_parameter_is_named_where_the_default_is_none():
 
     with pytest.raises(ParamError, match=r"^dedup.near.bands: expected an integer, got 'x'$"):
         resolve_params({"near": {"bands": "x", "rows": 4}})
-
-
-def test_good_values_pass_and_keep_their_meaning():
-    defaults = {"g": {"threshold": 0.5, "n": 3, "on": True, "words": ["a"], "path": None}, "name": "x"}
-    out = merge_params("s", defaults, {"g": {"threshold": 1, "n": 4, "on": False, "words": [], "path": "p"},
-                                       "name": "y"}, types={"g.path": str})
-    assert out == {"g": {"threshold": 1, "n": 4, "on": False, "words": [], "path": "p"}, "name": "y"}
-    # YAML 1.1 reads 1e-3 as a string: a float parameter takes it as the number it means
-    assert merge_params("s", defaults, {"g": {"threshold": "1e-3"}})["g"]["threshold"] == 0.001
-    assert merge_params("s", defaults, {"g": {"path": None}})["g"]["path"] is None
 
 
 def test_the_shipped_configurations_validate(tmp_path):

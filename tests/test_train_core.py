@@ -481,3 +481,70 @@ def test_heldout_loss_falls_and_audit_step_tokens_match_the_fed_hash(corpus, tmp
         tokens = np.concatenate(parts)
         assert len(tokens) == 256
         assert hashlib.blake2b(tokens.tobytes(), digest_size=16).hexdigest() == steps[step]["tokens_hash"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The training stage: same inputs, same bytes
+
+
+def _dvc_hash(path: Path, scratch: Path) -> str:
+    """The hash `dvc` records for a directory output (md5 of its .dir listing), computed by DVC's own code."""
+    from dvc_data.hashfile.build import build
+    from dvc_data.hashfile.db import HashFileDB
+    from dvc_objects.fs.local import LocalFileSystem
+
+    fs = LocalFileSystem()
+    _, _, obj = build(HashFileDB(fs, str(scratch)), str(path), fs, "md5", dry_run=True)
+    return obj.hash_info.value
+
+
+def _other_hostname_prefix() -> list[str]:
+    """A command prefix that runs the command under another host name (a new UTS namespace, root only), or []
+    where that is not possible. `localhost`: torchrun's rendezvous must resolve the name."""
+    import shutil
+    import socket
+    import subprocess
+
+    if socket.gethostname() == "localhost" or not shutil.which("unshare"):
+        return []
+    prefix = ["unshare", "-u", "sh", "-c", 'hostname localhost && exec "$@"', "sh"]
+    probe = subprocess.run(prefix + ["hostname"], capture_output=True, text=True)
+    return prefix if probe.returncode == 0 and probe.stdout.strip() == "localhost" else []
+
+
+def test_a_scout_built_twice_elsewhere_has_the_same_dvc_hash(corpus, tmp_path):
+    """Issue 24, item 5: the scout stage (stages/train.py, as dvc runs it) on the same inputs in two project
+    directories at different absolute paths, with different TMPDIRs, at different times and (where this
+    machine allows) under different host names, writes outputs with the same DVC hash: 2 ranks, so that
+    the checkpoints hold several ranks' shards and DCP's .metadata, and 2 seeds, so that a seed replica's
+    directory is in the output too. What is about the run (times, argv, the command, the host) is in the run
+    record, runs/<stage>.json, outside the output."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    cfg = tiny_run(max_steps=8, launch={"nproc_per_node": 2})
+    params = {"train": cfg["train"], "scouts": {"s1": {"model": cfg["model"], "token_budget": 400_000, "seeds": 2}}}
+    script_path = str(Path(__file__).resolve().parents[1] / "stages" / "train.py")
+    outputs = []
+    for project, prefix in ((tmp_path / "one" / "proj", []),
+                            (tmp_path / "two" / "a" / "longer" / "path" / "proj", _other_hostname_prefix())):
+        for stage in ("mixture", "tokenize"):
+            shutil.copytree(corpus / stage, project / "data" / stage)
+        (project / "params.yaml").write_text(yaml.safe_dump(params))
+        (project / "tmp").mkdir()
+        env = {**os.environ, "TMPDIR": str(project / "tmp"), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+        proc = subprocess.run(prefix + [sys.executable, script_path, "scout/s1", "mixture", "tokenize"],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = project / "data" / "train" / "scout" / "s1"
+        files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        assert any(name.endswith(".metadata") for name in files) and "replicas/seed1/final/model.safetensors" in files
+        for name, content in files.items():  # nothing of where it was built
+            assert str(project).encode() not in content and str(tmp_path).encode() not in content, name
+        outputs.append((_dvc_hash(out, tmp_path / "odb"), {k: hashlib.md5(v).hexdigest() for k, v in files.items()}))
+    (first, first_files), (second, second_files) = outputs
+    assert second_files == first_files
+    assert second == first

@@ -33,7 +33,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from tokenmill.runtime import ParamError, merge_params
+
+from tokenmill.params import defaults, resolve
 
 REQUIREMENT_FILE = "requirements-benchmarks.txt"
 # Where `make install` downloads the wheel: inside the virtual environment, so a queued experiment (a copy
@@ -61,7 +62,7 @@ KNOWN: dict[str, dict[str, str]] = {
 }
 NON_COMMERCIAL = re.compile(r"\bNC\b", re.I)
 
-DEFAULTS: dict[str, Any] = {"max_items": 1000, "seed": 1234}
+DEFAULTS: dict[str, Any] = defaults("benchmarks")
 
 
 class BenchmarkSourceError(FileNotFoundError):
@@ -69,10 +70,7 @@ class BenchmarkSourceError(FileNotFoundError):
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    p = merge_params("benchmarks", DEFAULTS, params, types={"max_items": int}, nullable=("max_items",))
-    if p["max_items"] is not None and p["max_items"] < 1:
-        raise ParamError(f"benchmarks.max_items: expected a positive count or null, got {p['max_items']!r}")
-    return p
+    return resolve("benchmarks", params)
 
 
 def pinned_source(requirement_file: str | Path = REQUIREMENT_FILE) -> dict[str, str]:

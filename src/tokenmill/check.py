@@ -5,7 +5,12 @@ corpus after four stages, a mixture bucket with no documents at the tenth. `chec
 embedded corpus is written and before ingest, and reports every problem at once, one line each, naming the
 parameter and the fix:
 
-- every source's globs match files, unless the source is `optional: true`;
+- every section against its schema (tokenmill.params): types, ranges, enumerations, unknown keys, all of them;
+- every source's globs match files, unless the source is `optional: true`; a file the source's format could
+  read under its folders that no glob takes is a warning (it would appear nowhere);
+- names that refer to other sections: a bucket, tier or source that nothing declares but that is one letter
+  or two away from one that is (a typo) is a problem, not a silent no-op;
+- every benchmark file reads (its first bad line named);
 - every file the configuration names exists: benchmarks (unless optional), block-lists, quality positives;
 - every path a stage reads from the configuration lies inside a dependency of that stage in dvc.yaml, so
   editing the file reruns the stage (data/user/<kind>/ is there for files a user adds);
@@ -18,10 +23,12 @@ runs the check first, and a change that leaves the file list alone (a mixture we
 
 from __future__ import annotations
 
+import difflib
 import glob
 import os
+import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 # What reads the files each parameter names, and where a user puts them: the folder is a dependency of
 # exactly those stages in dvc.yaml, so editing a file there reruns them.
@@ -50,12 +57,94 @@ def _matches(pattern: str, root: Path) -> list[str]:
     return sorted(os.path.relpath(p, root) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
 
 
+# File names each source format reads (compressed or not), for the files a source's globs leave out.
+READABLE = {"warc": r"\.warc(\.gz)?", "wet": r"\.wet(\.gz)?", "arc": r"\.arc(\.gz)?",
+            "jsonl": r"\.jsonl?(\.gz|\.zst|\.zstd)?", "parquet": r"\.parquet", "text": r"\.txt(\.gz|\.zst|\.zstd)?"}
+
+
+def _typo(key: str, name: str, known: Iterable[str]) -> str | None:
+    """A problem line when `name` is not among `known` but close to one of them (a misspelling)."""
+    known = sorted(set(known))
+    if name in known:
+        return None
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f"{key}: {name!r} is not declared (known: {', '.join(known)}); did you mean {near[0]!r}?" if near else None
+
+
+def _names(params: Mapping[str, Any], sources: list, buckets: set[str]) -> list[str]:
+    """Names in one section that refer to another: buckets, tiers, sources. Only near misses are problems: a
+    preset may weight a bucket a crawl lacks (a warning below), but `refrence` is a typo of `reference`."""
+    out: list[str] = []
+
+    def bucket_list(key: str, values) -> None:
+        for i, name in enumerate(values or []):
+            if isinstance(name, str) and (line := _typo(f"{key}[{i}]", name, buckets)):
+                out.append(line)
+
+    quality = params.get("quality") or {}
+    bucket_list("quality.cut_buckets", quality.get("cut_buckets"))
+    bucket_list("quality.negatives.buckets", (quality.get("negatives") or {}).get("buckets"))
+    for i, name in enumerate((quality.get("positives") or {}).get("sources") or []):
+        if isinstance(name, str) and (line := _typo(f"quality.positives.sources[{i}]", name, [s.name for s in sources])):
+            out.append(line)
+    bucket_list("dedup.lines.skip_buckets", ((params.get("dedup") or {}).get("lines") or {}).get("skip_buckets"))
+    for section, names in (("tokenizer.sample_weights", (params.get("tokenizer") or {}).get("sample_weights")),
+                           ("filter.buckets", (params.get("filter") or {}).get("buckets")),
+                           ("tokenize.quality_tiers", (params.get("tokenize") or {}).get("quality_tiers"))):
+        for name in names or {}:
+            if line := _typo(f"{section}.{name}", name, buckets):
+                out.append(line)
+    tiers = (params.get("tokenize") or {}).get("quality_tiers") or {}
+    for phase, spec in ((params.get("mixture") or {}).get("phases") or {}).items():
+        for name in ((spec or {}).get("weights") or {}) if isinstance(spec, Mapping) else {}:
+            key = f"mixture.phases.{phase}.weights.{name}"
+            bucket, _, tier = name.partition("/")
+            if line := _typo(key, bucket, buckets):
+                out.append(line)
+            elif tier and bucket in tiers and isinstance(tiers[bucket], Mapping) and tier not in tiers[bucket]:
+                out.append(f"{key}: bucket {bucket!r} has the quality tiers {', '.join(sorted(tiers[bucket]))} "
+                           f"(tokenize.quality_tiers.{bucket}), not {tier!r}")
+    return out
+
+
+def _unmatched(src, matched: set[str], root: Path) -> list[str]:
+    """Files under the source's folders that its format reads but that no source's glob takes."""
+    from tokenmill.ingest import static_dir
+
+    pattern = re.compile(rf".*{READABLE.get(src.format, '$^')}$", re.I)
+    out = set()
+    for glob_pattern in src.paths:
+        folder = static_dir(glob_pattern, root)
+        if not folder.is_dir() or folder == root.resolve():
+            continue  # the project root itself is not a crawl folder
+        for path in folder.rglob("*"):
+            if path.is_file() and pattern.match(path.name):
+                rel = os.path.relpath(path, root)
+                if rel not in matched:
+                    out.add(rel)
+    return sorted(out)
+
+
+def _benchmark_problem(key: str, spec: Mapping, root: Path) -> str | None:
+    """One line when a benchmark file exists but cannot be read to the end by its reader."""
+    from tokenmill.decontam.readers import read_items
+
+    try:
+        n = sum(1 for _ in read_items({**spec, "path": str(root / spec["path"])}))
+    except Exception as exc:  # any reader failure is the file's, and named as such
+        return f"{key}: {spec['path']} ({spec['format']}) cannot be read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    if n == 0 and not spec.get("optional"):
+        return f"{key}: {spec['path']} ({spec['format']}) holds no items"
+    return None
+
+
 def check_config(params: Mapping[str, Any], dvc: Mapping[str, Any], root: str | Path = ".") -> dict:
     """{"problems": [...], "warnings": [...], "files": {source: [paths]}}; each message is one line."""
     from tokenmill.ingest import SourceError, load_sources
+    from tokenmill.params import problems as schema_problems
 
     root = Path(root)
-    problems: list[str] = []
+    problems: list[str] = schema_problems(params)
     warnings: list[str] = []
     files: dict[str, list[str]] = {}
 
@@ -70,7 +159,8 @@ def check_config(params: Mapping[str, Any], dvc: Mapping[str, Any], root: str | 
     try:
         sources = load_sources(params.get("sources") or {})
     except SourceError as exc:
-        problems.append(f"sources: {exc}")
+        if not any(p.startswith("sources") for p in problems):  # the schema named it already
+            problems.append(f"sources: {exc}")
         sources = []
     for src in sources:
         found: set[str] = set()
@@ -84,6 +174,13 @@ def check_config(params: Mapping[str, Any], dvc: Mapping[str, Any], root: str | 
         files[src.name] = sorted(found)
     if sources and not any(files.values()):
         problems.append("sources: no source has any file; put crawl files under data/raw/ (see data/raw/README.md)")
+    matched = {f for paths in files.values() for f in paths}
+    for src in sources:
+        left = _unmatched(src, matched, root)
+        if left:
+            more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+            warnings.append(f"sources.{src.name}.paths: {len(left)} {src.format} files under its folders match no "
+                            f"glob and are not read: {', '.join(left[:3])}{more}; add a glob for them")
 
     # Files the stages read: quality positives, benchmarks, block-lists.
     quality = (params.get("quality") or {}).get("positives") or {}
@@ -113,9 +210,12 @@ def check_config(params: Mapping[str, Any], dvc: Mapping[str, Any], root: str | 
         if not path:
             problems.append(f"{key}: needs name, format and path")
             continue
-        if not (root / path).exists() and not bench.get("optional"):
-            problems.append(f"{key}: {bench.get('name', path)}: no file {path!r}; put it there, or mark it "
-                            f"`optional: true`")
+        if not (root / path).exists():
+            if not bench.get("optional"):
+                problems.append(f"{key}: {bench.get('name', path)}: no file {path!r}; put it there, or mark it "
+                                f"`optional: true`")
+        elif not any(p.startswith(key) for p in problems) and (line := _benchmark_problem(key, bench, root)):
+            problems.append(line)
         declared(key, "decontaminate.benchmarks", path)
 
     blocklists = (params.get("filter") or {}).get("blocklists") or {}
@@ -127,6 +227,7 @@ def check_config(params: Mapping[str, Any], dvc: Mapping[str, Any], root: str | 
 
     # Mixture buckets ("web/high" is a quality tier of the documents of bucket "web").
     buckets = {s.bucket for s in sources if files.get(s.name)}
+    problems += _names(params, sources, {s.bucket for s in sources})
     missing: set[str] = set()
     for name, phase in ((params.get("mixture") or {}).get("phases") or {}).items():
         weights = (phase or {}).get("weights") or {}

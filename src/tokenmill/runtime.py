@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import yaml
 
@@ -58,84 +58,9 @@ def load_params(*keys: str, path: str | Path = "params.yaml") -> dict:
 
 
 class ParamError(ValueError):
-    """A parameter that is unknown or of the wrong type; the message is one line naming the parameter (its
-    full dotted key) and what it expects. A ValueError, so callers that catch those still do."""
-
-
-_EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
-             dict: "a mapping"}
-
-
-def _typed(name: str, value: Any, expected: type) -> Any:
-    """`value` if it is of the `expected` type (int is a float, bool is not an int), else ParamError."""
-    if expected is float and isinstance(value, str):
-        # YAML 1.1 (PyYAML) reads 1e-3 as a string; Hydra and users mean the number.
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    ok = {bool: lambda v: isinstance(v, bool),
-          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          list: lambda v: isinstance(v, (list, tuple)),
-          dict: lambda v: isinstance(v, Mapping)}.get(expected, lambda v: isinstance(v, expected))(value)
-    if not ok:
-        raise ParamError(f"{name}: expected {_EXPECTED.get(expected, expected.__name__)}, got {value!r}")
-    return list(value) if expected is list else value
-
-
-def _validate(name: str, value: Any, default: Any, types: Mapping[str, type]) -> Any:
-    """Check `value` against the type of `default` (or types[name] where the default is None)."""
-    if default is None:
-        expected = types.get(name)
-        return value if expected is None or value is None else _typed(name, value, expected)
-    if isinstance(default, dict):
-        return _typed(name, value, dict)
-    value = _typed(name, value, type(default) if type(default) in _EXPECTED else object)
-    if isinstance(default, (list, tuple)) and default:
-        kinds = {type(v) for v in default}
-        if len(kinds) == 1 and (kind := kinds.pop()) in (str, int, float, bool):
-            value = [_typed(f"{name}[{i}]", v, kind) for i, v in enumerate(value)]
-    return value
-
-
-def merge_params(stage: str, defaults: Mapping[str, Any], params: Mapping[str, Any] | None,
-                 types: Mapping[str, type] | None = None, nullable: Iterable[str] = ()) -> dict:
-    """`params` over `defaults`, descending into dict-valued defaults one level, every value type-checked.
-
-    An unknown key is an error naming it: a misspelt threshold must never leave the default silently in force.
-    A value must have its default's type (an int is accepted for a float; a bool is not an int); keys whose
-    default is None take their type from `types`, keyed by dotted name below the stage ("near.bands": int);
-    keys in `nullable` (same naming) may also be null although their default is not ("positives.reference").
-    So `filter.language.min_score=abc` stops the stage before any work with "filter.language.min_score:
-    expected a number, got 'abc'" instead of a TypeError deep inside a worker. Every error is a ParamError
-    naming the full dotted key, which stage scripts print as one line (`script`).
-    """
-    types = {f"{stage}.{k}": t for k, t in (types or {}).items()}
-    nullable = {f"{stage}.{k}" for k in nullable}
-    out = copy.deepcopy(dict(defaults))
-    for key, value in (params or {}).items():
-        if key not in out:
-            raise ParamError(f"{stage}.{key}: unknown parameter (known: {', '.join(sorted(map(str, out)))})")
-        if value is None and f"{stage}.{key}" in nullable:
-            out[key] = None
-            continue
-        value = _validate(f"{stage}.{key}", value, out[key], types)
-        if isinstance(out[key], dict):
-            unknown = sorted(map(str, set(value) - set(out[key])))
-            if unknown and out[key]:  # a dict default of {} takes any keys, unchecked
-                more = f"; also unknown: {', '.join(unknown[1:])}" if len(unknown) > 1 else ""
-                raise ParamError(f"{stage}.{key}.{unknown[0]}: unknown parameter (known: "
-                                 f"{', '.join(sorted(map(str, out[key])))}){more}")
-            for sub, v in value.items():
-                name = f"{stage}.{key}.{sub}"
-                if sub not in out[key] or (v is None and name in nullable):
-                    out[key][sub] = copy.deepcopy(v)
-                else:
-                    out[key][sub] = copy.deepcopy(_validate(name, v, out[key][sub], types))
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+    """A parameter that is unknown, of the wrong type or out of range (tokenmill.params, the one schema); the
+    message names the parameter (its full dotted key), what is allowed and the value given. A ValueError, so
+    callers that catch those still do."""
 
 
 def sha1_file(path: str | Path, block: int = 1 << 20) -> str:
@@ -238,17 +163,42 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def script(main) -> int:
-    """Run a stage script's main(*argv): a user's error (a bad parameter, a missing file, a failed task)
-    is one line on stderr and exit code 2, not a traceback."""
-    from tokenmill.execution import TaskError
+    """Run a stage script's main(*argv): a user's error is one line on stderr, `<stage>: <message>`, and exit
+    code 2, not a traceback; a bug is Python's traceback and exit code 1.
 
-    user_errors = (ParamError, TaskError, FileNotFoundError, KeyError)
+    A user's error is what a bad parameter, a bad or missing input or a failed task raises:
+    - any exception of a class tokenmill defines (ParamError, TaskError, TrainConfigError, ForecastError,
+      CompareError, SourceError, MixtureError, LaunchError, ...): the project raises those only with a message
+      meant for the user;
+    - FileNotFoundError (a missing input) and KeyError (load_params: a parameter params.yaml lacks);
+    - a plain ValueError raised by tokenmill's own code (its innermost frame is in the package or the stage
+      script): `raise ValueError("quality: need positives and negatives ...")`.
+    Anything else (a TypeError, an AttributeError, a ValueError from inside a library) is a bug and keeps its
+    traceback. TOKENMILL_DEBUG=1 shows the traceback of a user's error too, above its one line.
+    """
     try:
         return main(*sys.argv[1:]) or 0
-    except user_errors as exc:
+    except Exception as exc:
+        tokenmill_class = any(c.__module__ == "tokenmill" or c.__module__.startswith("tokenmill.")
+                              for c in type(exc).__mro__)
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        raised_here = tb is not None and (
+            Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(PACKAGE_DIR)
+            or Path(tb.tb_frame.f_code.co_filename).resolve() == Path(sys.argv[0]).resolve())
+        if not (tokenmill_class or isinstance(exc, (FileNotFoundError, KeyError))
+                or (isinstance(exc, ValueError) and raised_here)):
+            raise
+        if os.environ.get("TOKENMILL_DEBUG", "0") not in ("", "0"):
+            import traceback
+
+            traceback.print_exc()
         stage = os.environ.get("DVC_STAGE") or Path(sys.argv[0]).stem
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"{stage}: {message}", file=sys.stderr)
+        message = " ".join(line.strip() for line in str(message).splitlines() if line.strip()) or type(exc).__name__
+        # One prefix: messages that already name the stage ("quality: need positives ...") keep theirs.
+        print(message if message.startswith(f"{stage}: ") else f"{stage}: {message}", file=sys.stderr)
         return 2
 
 

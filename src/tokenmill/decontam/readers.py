@@ -238,9 +238,16 @@ def read_items(spec: dict) -> Iterator[tuple[str, str, str, str | None]]:
     path = benchmark_path(spec)
     if path is None:
         return
-    name = spec["name"]
-    for record, text, prompt in READERS[spec["format"]](path):
-        yield name, item_id(name, record), text, prompt
+    name, n = spec["name"], 0
+    try:
+        for record, text, prompt in READERS[spec["format"]](path):
+            yield name, item_id(name, record), text, prompt
+            n += 1
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        if isinstance(exc, ValueError) and str(exc).startswith(str(path)):
+            raise  # already names the file and line
+        what = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"{path}: item {n + 1} is not a {spec['format']} item: {what}") from None
 
 
 def read_benchmark(spec: dict) -> Iterator[tuple[str, str, str]]:

@@ -22,11 +22,11 @@ from tokenmill import columns, schema
 from tokenmill.decontam.ngrams import NgramIndex, _prepare, hash_texts
 from tokenmill.decontam.readers import benchmark_path, read_items
 from tokenmill.docstage import Outcome, map_document_shards
-from tokenmill.runtime import StageRun, merge_params, sha1_file, tree_digest
+from tokenmill.runtime import StageRun, sha1_file, tree_digest
+from tokenmill.params import defaults, resolve
 
 STAGE = "decontaminate"
-DEFAULTS = {"ngram": 5, "min_item_words": 8, "threshold": 0.8, "min_matches": 32, "template_items": 10,
-            "slack": 8, "action": "drop", "benchmarks": []}
+DEFAULTS = defaults("decontaminate")
 
 # One row per (document, benchmark item) overlap that meets the rule, or NEAR of it (at most MAX_NEAR_MISSES
 # of those per document): the table auditors join on doc_id. item_id is
@@ -55,17 +55,7 @@ BATCH_CHARS = 1 << 18
 
 
 def resolve_params(params: Mapping[str, Any]) -> dict:
-    p = merge_params("decontaminate", DEFAULTS, params)
-    if p["action"] not in ("drop", "flag"):
-        raise ValueError(f"decontaminate: action must be drop or flag, got {p['action']!r}")
-    if not 0 < float(p["threshold"]) <= 1:
-        raise ValueError(f"decontaminate: threshold must be in (0, 1], got {p['threshold']!r}")
-    for key in ("ngram", "min_item_words", "min_matches", "template_items"):
-        if int(p[key]) < 1:
-            raise ValueError(f"decontaminate: {key} must be positive, got {p[key]!r}")
-    if int(p["slack"]) < 0:
-        raise ValueError(f"decontaminate: slack must be >= 0, got {p['slack']!r}")
-    return p
+    return resolve("decontaminate", params)
 
 
 def build_index(params: Mapping[str, Any]) -> NgramIndex:

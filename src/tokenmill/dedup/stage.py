@@ -40,35 +40,18 @@ from tokenmill import schema
 from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.text import exact_key, line_hashes, remove_lines
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, merge_params, input_id
+from tokenmill.runtime import StageRun, input_id
+from tokenmill.params import defaults, resolve
 
 STAGE = "dedup"
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "exact": {"enabled": True, "strip_punctuation": False},
-    "near": {
-        "enabled": True,
-        "ngram": 5,
-        "num_perm": 128,
-        "seed": 1,
-        "threshold": 0.8,
-        # LSH bands x rows minimise fp_weight * (false positive area) + fn_weight * (false negative area).
-        # Verification removes false positives afterwards; nothing recovers a false negative.
-        "false_positive_weight": 0.1,
-        "false_negative_weight": 0.9,
-        "bands": None,  # set both bands and rows to override the optimisation
-        "rows": None,
-        "verify": True,
-        "bucket_window": 100,
-    },
-    "lines": {"enabled": True, "min_chars": 20, "max_docs": 10, "skip_buckets": ["code"]},
-}
+DEFAULTS: dict[str, dict[str, Any]] = defaults("dedup")  # tokenmill.params.Dedup says what each one is
 
 SIG_ROWS = 4096  # documents per sketch batch
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return merge_params("dedup", DEFAULTS, params, types={"near.bands": int, "near.rows": int})
+    return resolve("dedup", params)
 
 
 def lsh_shape(near: Mapping[str, Any]) -> tuple[int, int]:

@@ -193,11 +193,9 @@ class RayExecutor(Executor):
 
 def make_executor(cfg: Mapping[str, Any] | None) -> Executor:
     """cfg is params.yaml's `execution` section: backend (local | ray), workers, ray_address."""
-    cfg = dict(cfg or {})
-    backend = cfg.get("backend", "local")
-    workers = cfg.get("workers")
-    if backend == "local":
-        return LocalExecutor(workers)
-    if backend == "ray":
-        return RayExecutor(cfg.get("ray_address"), workers)
-    raise ValueError(f"execution.backend must be 'local' or 'ray', got {backend!r}")
+    from tokenmill.params import resolve
+
+    cfg = resolve("execution", cfg)
+    if cfg["backend"] == "ray":
+        return RayExecutor(cfg["ray_address"], cfg["workers"])
+    return LocalExecutor(cfg["workers"])

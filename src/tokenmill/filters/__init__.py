@@ -21,40 +21,30 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from tokenmill.docstage import Outcome
-from tokenmill.runtime import ParamError, merge_params
+from tokenmill.params import defaults, resolve
 from tokenmill.filters import c4, fineweb, gopher, langid, urls
 from tokenmill.filters.text import Measure, Text
 
-# Text rule groups in the order they are applied: (name, function, defaults).
-TEXT_GROUPS: list[tuple[str, Callable[[Text, dict], list[Measure]], dict]] = [
-    ("gopher_repetition", gopher.repetition, gopher.REPETITION_DEFAULTS),
-    ("gopher_quality", gopher.quality, gopher.QUALITY_DEFAULTS),
-    ("c4", c4.rules, c4.DEFAULTS),
-    ("fineweb", fineweb.rules, fineweb.DEFAULTS),
+# Text rule groups in the order they are applied: (name, function); their parameters: tokenmill.params.
+TEXT_GROUPS: list[tuple[str, Callable[[Text, dict], list[Measure]]]] = [
+    ("gopher_repetition", gopher.repetition),
+    ("gopher_quality", gopher.quality),
+    ("c4", c4.rules),
+    ("fineweb", fineweb.rules),
 ]
-GROUPS = ("licences", "blocklists", "language") + tuple(name for name, _, _ in TEXT_GROUPS)
+GROUPS = ("licences", "blocklists", "language") + tuple(name for name, _ in TEXT_GROUPS)
 
-# Code defaults are the published values; conf/filter/default.yaml repeats them with their sources and is
-# what a pipeline run uses. allow=None switches the licence gate off.
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "licences": {"enabled": True, "allow": None},
-    "blocklists": urls.DEFAULTS,
-    "language": langid.DEFAULTS,
-    **{name: defaults for name, _, defaults in TEXT_GROUPS},
-}
+# Code defaults are the published values (tokenmill.params.Filter); conf/filter/default.yaml repeats them
+# with their sources and is what a pipeline run uses. allow=None switches the licence gate off.
+DEFAULTS: dict[str, dict[str, Any]] = {k: v for k, v in defaults("filter").items() if k != "buckets"}
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS (unknown groups and keys raise); bucket switches must name known groups."""
-    params = dict(params or {})
-    buckets = params.pop("buckets", None) or {}
-    out = merge_params("filter", DEFAULTS, params, types={"licences.allow": list, "language.model": str})
-    out["buckets"] = {}
-    for bucket, switches in buckets.items():
-        bad = set(switches or {}) - set(GROUPS)
-        if bad:
-            raise ParamError(f"filter.buckets.{bucket}: unknown groups {sorted(bad)}; known: {GROUPS}")
-        out["buckets"][bucket] = {g: bool(v) for g, v in (switches or {}).items()}
+    """params over DEFAULTS, checked by the schema (tokenmill.params.Filter); a bucket's switches keep only
+    the groups it names (the others follow their group's `enabled`)."""
+    out = resolve("filter", params)
+    out["buckets"] = {bucket: {g: v for g, v in switches.items() if v is not None}
+                      for bucket, switches in out["buckets"].items()}
     return out
 
 
@@ -102,7 +92,7 @@ class FilterProcessor:
                 reasons.append("language")
 
         t = Text(text)
-        for name, rules, _ in TEXT_GROUPS:
+        for name, rules in TEXT_GROUPS:
             if not self.enabled(name, bucket):
                 continue
             for m in rules(t, self.params[name]):

@@ -33,19 +33,6 @@ import re
 
 from tokenmill.filters.text import Measure, Text, measure, ratio
 
-DEFAULTS = {
-    "enabled": True,
-    "min_terminal_punct_char_frac": 0.5,
-    "min_words_per_line": 5,
-    "max_word_length": 1000,
-    "max_lorem_ipsum": 0,
-    "max_curly_brace_lines": 0,
-    "max_javascript_line_frac": 0.2,
-    "policy_substrings": ["terms of use", "privacy policy", "cookie policy", "uses cookies",
-                          "use of cookies", "use cookies"],
-    "max_policy_line_frac": 0.2,
-    "min_sentences": 3,
-}
 
 _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]", re.I)
 # C4's end marks . ? ! " , with the typographic closing quotes ” » › counted like ". Each may be followed by

@@ -31,16 +31,6 @@ def ends_punctuated(line: str, stop: tuple[str, ...], closing: str) -> bool:
     """Does the line end in a stop character, possibly followed by closing brackets and a footnote marker?"""
     return _FOOTNOTE.sub("", line).rstrip(closing).endswith(stop)
 
-DEFAULTS = {
-    "enabled": True,
-    "stop_chars": [".", "'", '"', "!", "?", "”", "’", "»", "›", "…"],
-    "closing_brackets": [")", "]", "}"],
-    "min_line_punct_ratio": 0.12,
-    "short_line_length": 30,
-    "max_short_line_ratio": 0.67,
-    "max_char_dup_ratio": 0.01,
-    "max_newline_word_ratio": 0.3,
-}
 
 
 def rules(t: Text, cfg: dict) -> list[Measure]:

@@ -20,38 +20,7 @@ import numpy as np
 
 from tokenmill.filters.text import Measure, Text, find_duplicates, measure, ratio
 
-QUALITY_DEFAULTS = {
-    "enabled": True,
-    "min_words": 50,
-    "max_words": 100_000,
-    "min_mean_word_length": 3.0,
-    "max_mean_word_length": 10.0,
-    "max_hash_word_ratio": 0.1,
-    "max_ellipsis_word_ratio": 0.1,
-    "max_bullet_line_frac": 0.9,
-    "max_ellipsis_line_frac": 0.3,
-    "min_alpha_word_frac": 0.8,
-    "min_stop_words": 2,
-    "stop_words": ["the", "be", "to", "of", "and", "that", "have", "with"],
-    "bullets": ["•", "●", "○", "◦", "▪", "▫", "■", "□", "‣", "⁃", "∙", "·", "-", "–", "*"],
-}
 
-REPETITION_DEFAULTS = {
-    "enabled": True,
-    "max_dup_para_frac": 0.30,
-    "max_dup_para_char_frac": 0.20,
-    "max_dup_line_frac": 0.30,
-    "max_dup_line_char_frac": 0.20,
-    "max_top_2gram_char_frac": 0.20,
-    "max_top_3gram_char_frac": 0.18,
-    "max_top_4gram_char_frac": 0.16,
-    "max_dup_5gram_char_frac": 0.15,
-    "max_dup_6gram_char_frac": 0.14,
-    "max_dup_7gram_char_frac": 0.13,
-    "max_dup_8gram_char_frac": 0.12,
-    "max_dup_9gram_char_frac": 0.11,
-    "max_dup_10gram_char_frac": 0.10,
-}
 TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
 

@@ -11,13 +11,6 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-DEFAULTS = {
-    "enabled": True,
-    "model": None,
-    "allowed": ["en"],
-    "min_score": 0.65,
-    "max_chars": 3000,
-}
 
 UNDETERMINED = "und"
 
@@ -42,3 +35,10 @@ class LanguageIdentifier:
         labels, probs = self.model.predict(sample, k=1)
         # Rounded so scores are identical across CPUs; fastText's softmax can exceed 1 by a hair.
         return labels[0].removeprefix("__label__"), round(min(float(probs[0]), 1.0), 6)
+
+
+def labels(model: str | Path | None = None) -> list[str]:
+    """The language codes the model predicts (lid.176: 176 ISO 639 codes), without fastText's prefix."""
+    import fasttext
+
+    return [label.removeprefix("__label__") for label in fasttext.load_model(str(Path(model) if model else bundled_lid176())).get_labels()]

@@ -21,18 +21,6 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-DEFAULTS = {
-    "enabled": True,
-    "domain_files": [],
-    "url_files": [],
-    "banned_url_words": [],
-    "banned_url_word_files": [],
-    "soft_banned_url_words": [],
-    "soft_banned_url_word_files": [],
-    "soft_banned_url_word_threshold": 2,
-    "banned_url_subwords": [],
-    "banned_url_subword_files": [],
-}
 
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 

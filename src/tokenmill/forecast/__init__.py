@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokenmill.train.config import model_size, parse_model, parse_train
 
@@ -87,16 +87,12 @@ def parse_forecast(section: Mapping | None) -> ForecastConfig:
         return ForecastConfig()
     if not isinstance(section, Mapping):
         raise ForecastError(f"forecast: expected a mapping, got {type(section).__name__}")
-    try:
-        return ForecastConfig.model_validate(dict(section))
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in ("forecast", *err["loc"]) if p != "")
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{where}: {msg}" + (f" (got {err['input']!r})" if err["type"] not in
-                                               ("missing", "value_error") else ""))
-        raise ForecastError("; ".join(lines)) from None
+    from tokenmill.params import check_section  # the one wording of a parameter's error
+
+    lines = check_section("forecast", section, ForecastConfig)
+    if lines:
+        raise ForecastError("; ".join(lines))
+    return ForecastConfig.model_validate(dict(section))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import glob
 import os
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -23,6 +23,7 @@ from tokenmill.execution import make_executor
 from tokenmill.ingest.readers import (ReadError, Record, read_archive, read_jsonl, read_parquet_rows,
                                       read_text_file)
 from tokenmill.ingest.text import Drop, normalise, payload_to_text
+from tokenmill.params import Source as SourceSchema, check_section, resolve
 from tokenmill.runtime import StageRun, sha1_file
 
 STAGE = "ingest"
@@ -34,32 +35,18 @@ class SourceError(ValueError):
     """A source declaration that cannot be ingested; the message is one line naming the source."""
 
 
-@dataclass
-class Source:
+class Source(SourceSchema):
+    """A declared source: its keys are the schema's (tokenmill.params.Source), plus its name."""
+
     name: str
-    format: str
     paths: list[str]
-    bucket: str
-    licence: str
-    snapshot: str = ""
-    root: str | None = None  # file names are recorded relative to this; default: the globs' common dir
-    text_field: str = "text"
-    url_field: str | None = "url"
-    id_field: str | None = "id"
-    date_field: str | None = None
-    optional: bool = False  # a source whose globs may match nothing (a format the user may not have)
 
     @classmethod
     def from_config(cls, name: str, cfg: Mapping[str, Any]) -> "Source":
-        cfg = dict(cfg)
-        missing = [k for k in ("format", "paths", "bucket", "licence") if not cfg.get(k)]
-        if missing:
-            raise SourceError(f"source {name!r}: missing {', '.join(missing)}")
-        if cfg["format"] not in FORMATS:
-            raise SourceError(f"source {name!r}: unknown format {cfg['format']!r} (expected one of {', '.join(FORMATS)})")
-        unknown = set(cfg) - {f for f in cls.__dataclass_fields__ if f != "name"}
-        if unknown:
-            raise SourceError(f"source {name!r}: unknown keys {sorted(unknown)}")
+        problems = check_section(f"sources.{name}", cfg, SourceSchema)
+        if problems:
+            raise SourceError(f"source {name!r}: " + "; ".join(problems))
+        cfg = SourceSchema.model_validate(dict(cfg)).model_dump()
         paths = cfg.pop("paths")
         return cls(name=name, paths=[paths] if isinstance(paths, str) else list(paths), **cfg)
 
@@ -196,14 +183,23 @@ def ingest_file(task: IngestTask) -> dict:
                              ("decisions", decisions, schema.DECISION), ("read_errors", errors, schema.READ_ERROR)):
         schema.write_parquet(rows, sch, out / table / f"{task.shard}.parquet")
     return {"counts": dict(counts), "sha1": sha1_file(task.path), "file": f"{src['name']}:{task.file}",
-            "read_errors": len(errors)}
+            "read_errors": len(errors), "first_error": errors[0]["error"] if errors else None}
+
+
+def _nothing_read(results: list[dict]) -> str:
+    """One line for a crawl that yielded no document: every file, its read errors or why its records went."""
+    parts = []
+    for r in results:
+        why = f"{r['read_errors']} read errors, first: {r['first_error']}" if r["read_errors"] else \
+            ", ".join(f"{n} {k}" for k, n in sorted(r["counts"].items())) or "no records"
+        parts.append(f"{r['file']} ({why})")
+    return f"0 documents from {len(results)} source files, so every later stage would be empty: " + "; ".join(parts)
 
 
 def run_ingest(sources_cfg: Mapping, ingest_cfg: Mapping, execution_cfg: Mapping | None,
                out_dir: str | Path = "data/ingest") -> dict:
-    extractor = ingest_cfg.get("extractor", "resiliparse")
-    if extractor not in ("resiliparse", "trafilatura"):
-        raise ValueError(f"ingest.extractor must be resiliparse or trafilatura, got {extractor!r}")
+    ingest_cfg = resolve("ingest", ingest_cfg)
+    extractor = ingest_cfg["extractor"]
     sources = load_sources(sources_cfg)
     tasks_by_source = [(s, s.files()) for s in sources]  # resolve every glob before any work starts
     params = {"sources": {k: dict(v) for k, v in sources_cfg.items()}, "ingest": dict(ingest_cfg)}
@@ -214,12 +210,14 @@ def run_ingest(sources_cfg: Mapping, ingest_cfg: Mapping, execution_cfg: Mapping
             fields = {"text_field": src.text_field, "url_field": src.url_field,
                       "id_field": src.id_field, "date_field": src.date_field}
             for i, (path, rel) in enumerate(files):
-                tasks.append(IngestTask(source=asdict(src), path=str(path), file=rel,
+                tasks.append(IngestTask(source=src.model_dump(), path=str(path), file=rel,
                                         shard=f"{src.name}-{i:05d}", out_dir=str(run.tmp), extractor=extractor,
-                                        max_payload_bytes=int(ingest_cfg.get("max_payload_bytes", 10_000_000)),
+                                        max_payload_bytes=ingest_cfg["max_payload_bytes"],
                                         fields=fields))
         with make_executor(execution_cfg) as ex:
             results = ex.map(ingest_file, tasks, desc="ingest")
+        if tasks and not any(k.startswith("keep:") for r in results for k in r["counts"]):
+            raise SourceError(_nothing_read(results))
         for r in results:
             run.add_counts(r["counts"])
             run.input_hashes[r["file"]] = r["sha1"]

@@ -14,18 +14,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.lineage.planted import build_planted
-from tokenmill.runtime import StageRun, input_id, merge_params, read_manifest, stage_chain, write_plot_rows
+from tokenmill.runtime import StageRun, input_id, read_manifest, stage_chain, write_plot_rows
+from tokenmill.params import defaults, resolve
 
 DB_NAME = "lineage.duckdb"
 # The stage's parameters and their defaults: the `lineage:` of conf/config.yaml (tests/test_config.py keeps
 # the two equal). ground_truth is the embedded corpus's planted cases, scored when the file is present; null
 # scores none.
-DEFAULTS = {"ground_truth": "data/sample/ground_truth.json"}
+DEFAULTS = defaults("lineage")
 
 
 def resolve_params(params: dict | None) -> dict:
     """params over DEFAULTS: an unknown key or a wrong type is a ParamError naming the full dotted key."""
-    return merge_params("lineage", DEFAULTS, params, nullable=("ground_truth",))
+    return resolve("lineage", params)
 
 
 # Tables a stage writes beside its documents and decisions, loaded under the same name.

@@ -18,7 +18,7 @@ How a plan is built, per phase:
 from __future__ import annotations
 
 import hashlib
-import math
+
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tokenmill.runtime import ParamError, merge_params
+from tokenmill.params import defaults, resolve
+
 
 
 class MixtureError(ValueError):
@@ -35,41 +36,18 @@ class MixtureError(ValueError):
 
 # The top-level parameters and their defaults: conf/mixture/default.yaml (tests/test_config.py keeps the two
 # equal). name and phases have none: they are what a mixture preset is, so every preset states them.
-DEFAULTS: dict[str, Any] = {
-    "name": None,
-    "seed": 1234,
-    "heldout_fraction": 0.01,
-    "max_epochs": {"default": 4},  # bucket name -> the most epochs; `default` for the buckets not named
-    "phases": None,
-}
+DEFAULTS: dict[str, Any] = defaults("mixture")  # tokenmill.params.Mixture
 REQUIRED = ("name", "phases")
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS: an unknown key or a wrong type is a ParamError naming the full dotted key.
+    """params over DEFAULTS, checked by the schema (tokenmill.params.Mixture): a ParamError names the key.
 
-    max_epochs is keyed by bucket names, which no schema lists: its keys are free, its values numbers, and
-    those not given keep DEFAULTS' (so `{code: 2}` still caps every other bucket at the default). The
-    phases' structure is parse_phases's; here only the types of their fractions and weights.
+    max_epochs is keyed by bucket names: those not given keep DEFAULTS' (so `{code: 2}` still caps every
+    other bucket at the default).
     """
-    params = dict(params or {})
-    p = merge_params("mixture", {**DEFAULTS, "max_epochs": {}}, params, types={"name": str, "phases": dict})
-    for key in REQUIRED:
-        if p[key] is None:
-            raise ParamError(f"mixture.{key}: missing (every mixture preset states it)")
-    caps = {**DEFAULTS["max_epochs"], **p["max_epochs"]}
-    p["max_epochs"] = merge_params("mixture.max_epochs", {b: 0.0 for b in caps}, caps)
-    for bucket, cap in p["max_epochs"].items():
-        if cap <= 0:
-            raise ParamError(f"mixture.max_epochs.{bucket}: expected a positive number, got {cap!r}")
-    if not 0 <= p["heldout_fraction"] < 1:
-        raise ParamError(f"mixture.heldout_fraction: expected a number in [0, 1), got {p['heldout_fraction']!r}")
-    for name, phase in p["phases"].items():
-        if isinstance(phase, Mapping):  # anything else, and a missing key, is parse_phases's error
-            merge_params(f"mixture.phases.{name}", {"fraction": 0.0, "weights": {}}, phase)
-            if isinstance(phase.get("weights"), Mapping):
-                merge_params(f"mixture.phases.{name}.weights", {b: 0.0 for b in phase["weights"]}, phase["weights"])
-    parse_phases(p["phases"])
+    p = resolve("mixture", params)
+    p["max_epochs"] = {**DEFAULTS["max_epochs"], **p["max_epochs"]}
     return p
 
 
@@ -105,23 +83,15 @@ def _permutation(n: int, seed: int, bucket: str, epoch: int) -> np.ndarray:
 
 
 def parse_phases(cfg: Mapping[str, Mapping]) -> list[Phase]:
-    """{name: {fraction, weights}} in training order (a mapping, so `dvc exp show` names every weight)."""
-    if not isinstance(cfg, Mapping):
-        raise MixtureError(f"mixture.phases must map phase names to {{fraction, weights}}, got {type(cfg).__name__}")
-    for name, p in cfg.items():
-        if not isinstance(p, Mapping) or set(p) != {"fraction", "weights"}:
-            raise MixtureError(f"mixture.phases.{name} needs exactly the keys fraction and weights, got "
-                               f"{sorted(p) if isinstance(p, Mapping) else p!r}")
-    phases = [Phase(str(name), float(p["fraction"]), {k: float(v) for k, v in p["weights"].items()})
-              for name, p in cfg.items()]
-    if not phases:
-        raise MixtureError("mixture: at least one phase is needed")
-    if not math.isclose(sum(p.fraction for p in phases), 1.0, abs_tol=1e-6):
-        raise MixtureError(f"mixture: phase fractions must sum to 1, got {sum(p.fraction for p in phases)}")
-    for p in phases:
-        if any(w < 0 for w in p.weights.values()) or sum(p.weights.values()) <= 0:
-            raise MixtureError(f"mixture: phase {p.name!r} needs non-negative weights with a positive sum")
-    return phases
+    """{name: {fraction, weights}} in training order (a mapping, so `dvc exp show` names every weight),
+    checked by the schema (tokenmill.params.Mixture: fractions summing to 1, weights >= 0 with a positive sum)."""
+    from tokenmill.params import check_section
+
+    problems = [p for p in check_section("mixture", {"name": "-", "phases": cfg}) if p.startswith("mixture.phases")]
+    if problems:
+        raise MixtureError("; ".join(problems))
+    return [Phase(str(name), float(p["fraction"]), {k: float(v) for k, v in p["weights"].items()})
+            for name, p in cfg.items()]
 
 
 def split_heldout(index: pa.Table, fraction: float, seed: int) -> pa.Array:

@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 
 from tokenmill import schema
 from tokenmill.mixture import build_plan, parse_phases, resolve_params, token_budget, tokens_per_step
-from tokenmill.runtime import StageRun, input_id, read_manifest, write_plot_rows
+from tokenmill.params import check_section
+from tokenmill.runtime import ParamError, StageRun, input_id, read_manifest, write_plot_rows
+from tokenmill.train.config import TrainConfig
 
 
 def _write(table: pa.Table, path: Path) -> None:
@@ -27,6 +29,9 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
     and model_cfg the model keys its size depends on: a learning-rate change never re-plans.
     """
     mixture_cfg = resolve_params(mixture_cfg)  # before any work: a misspelt key stops the stage here
+    problems = check_section("train", budget_cfg, TrainConfig)  # the train keys the plan reads, by their schema
+    if problems:
+        raise ParamError("; ".join(problems))
     data_root = Path(data_root)
     out_dir = Path(out_dir) if out_dir else data_root / "mixture"
     plots_dir = Path(plots_dir)

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import phonenumbers
-
 from tokenmill.docstage import Outcome
-from tokenmill.runtime import ParamError
-from tokenmill.pii.detectors import DEFAULT_REGIONS, PHONE_VALIDATION, TYPES, find_all
+from tokenmill.params import resolve
+from tokenmill.pii.detectors import DEFAULT_REGIONS, TYPES, find_all
 
 DEFAULT_TOKENS = {
     "email": "<EMAIL>",
@@ -26,7 +24,6 @@ DEFAULT_TOKENS = {
     "iban": "<IBAN>",
     "ssn": "<SSN>",
 }
-PARAMS = ("enabled", "tokens", "keep_private_ip", "phone_regions", "phone_validation")
 
 
 def redact(text: str, types: tuple[str, ...] = TYPES, tokens: Mapping[str, str] = DEFAULT_TOKENS,
@@ -59,30 +56,13 @@ class PIIProcessor:
     """
 
     def __init__(self, params: Mapping[str, Any] | None = None):
-        params = dict(params or {})
-        unknown = set(params) - set(PARAMS)
-        if unknown:
-            raise ParamError(f"pii: unknown parameters {sorted(unknown)}; expected {list(PARAMS)}")
-        enabled = dict(params.get("enabled") or {})
-        tokens = dict(params.get("tokens") or {})
-        for name, given in (("enabled", enabled), ("tokens", tokens)):
-            bad = set(given) - set(TYPES)
-            if bad:
-                raise ParamError(f"pii.{name}: unknown types {sorted(bad)}; known: {list(DEFAULT_TOKENS)}")
+        p = resolve("pii", params)  # the schema: tokenmill.params.Pii
         # Scores are listed in DEFAULT_TOKENS order; detection order is irrelevant to the result.
-        self.types = tuple(t for t in DEFAULT_TOKENS if enabled.get(t, True))
-        self.tokens = {**DEFAULT_TOKENS, **{t: str(v) for t, v in tokens.items()}}
-        self.keep_private_ip = bool(params.get("keep_private_ip", False))
-        regions = params.get("phone_regions", DEFAULT_REGIONS)
-        if isinstance(regions, str) or not all(isinstance(r, str) for r in regions):
-            raise ParamError(f"pii.phone_regions: a list of region codes such as [US, GB], got {regions!r}")
-        self.phone_regions = tuple(r.upper() for r in regions)
-        unknown_regions = [r for r in self.phone_regions if r not in phonenumbers.SUPPORTED_REGIONS]
-        if unknown_regions:
-            raise ParamError(f"pii.phone_regions: unknown regions {unknown_regions} (ISO 3166 alpha-2, e.g. US, GB, DE)")
-        self.phone_validation = params.get("phone_validation", "valid")
-        if self.phone_validation not in PHONE_VALIDATION:
-            raise ParamError(f"pii.phone_validation: one of {list(PHONE_VALIDATION)}, got {self.phone_validation!r}")
+        self.types = tuple(t for t in DEFAULT_TOKENS if p["enabled"].get(t, True))
+        self.tokens = {**DEFAULT_TOKENS, **p["tokens"]}
+        self.keep_private_ip = p["keep_private_ip"]
+        self.phone_regions = tuple(r.upper() for r in p["phone_regions"])
+        self.phone_validation = p["phone_validation"]
 
     def __call__(self, doc: Mapping[str, Any]) -> Outcome:
         text = doc.get("text") or ""

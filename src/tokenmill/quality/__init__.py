@@ -39,24 +39,13 @@ import pyarrow.parquet as pq
 
 from tokenmill.docstage import Outcome, map_document_shards
 from tokenmill.execution import log_phase, make_executor
-from tokenmill.runtime import ParamError, StageRun, merge_params
+from tokenmill.runtime import StageRun
+from tokenmill.params import defaults, resolve
 
 LABEL_HQ, LABEL_LQ = "__label__hq", "__label__lq"
 # The parameters and their defaults: conf/quality/default.yaml, which says why each value is what it is
 # (tests/test_config.py keeps the two equal, so a default is stated once).
-DEFAULTS: dict[str, Any] = {
-    "positives": {"sources": ["sample_reference"], "paths": [], "reference": "data/sample/reference/*.parquet",
-                  "max_examples": 20000},
-    "negatives": {"buckets": ["web"], "max_examples": 20000},
-    "cut_buckets": ["web"],
-    "max_chars": 10000,
-    "model": {"dim": 64, "epoch": 25, "lr": 0.5, "word_ngrams": 2, "hash_buckets": 200000, "min_count": 1,
-              "seed": 1234, "folds": 2},
-    "min_separation": 0.2,
-    "min_score_spread": 0.02,
-    "on_degenerate": "refuse",
-    "keep": {"mode": "top_fraction", "top_fraction": 0.7, "threshold": 0.5},
-}
+DEFAULTS: dict[str, Any] = defaults("quality")
 _SPACE = re.compile(r"\s+")
 
 
@@ -270,21 +259,9 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS: unknown keys, wrong types and values outside their range are a ParamError
-    naming the full dotted key, raised before any work."""
-    # reference may be null: no fallback corpus (the check stage then asks for positives.paths).
-    p = merge_params("quality", DEFAULTS, params, nullable=("positives.reference",))
-    # paths defaults to [], which says nothing about its items: check them as the strings (globs) they are.
-    merge_params("quality.positives", {"paths": [""]}, {"paths": p["positives"]["paths"]})
-    if p["keep"]["mode"] not in ("threshold", "top_fraction"):
-        raise ParamError(f"quality.keep.mode: expected threshold or top_fraction, got {p['keep']['mode']!r}")
-    if p["keep"]["mode"] == "top_fraction" and not 0 < p["keep"]["top_fraction"] <= 1:
-        raise ParamError(f"quality.keep.top_fraction: expected a number in (0, 1], got {p['keep']['top_fraction']!r}")
-    if p["model"]["folds"] < 2:
-        raise ParamError(f"quality.model.folds: expected at least 2 (scores are cross-fitted), got {p['model']['folds']!r}")
-    if p["on_degenerate"] not in ("refuse", "skip_cut"):
-        raise ParamError(f"quality.on_degenerate: expected refuse or skip_cut, got {p['on_degenerate']!r}")
-    return p
+    """params over DEFAULTS, checked by the schema (tokenmill.params.Quality) before any work: unknown keys,
+    wrong types and values outside their range are a ParamError naming the full dotted key."""
+    return resolve("quality", params)
 
 
 def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path, input_stage: str) -> dict:

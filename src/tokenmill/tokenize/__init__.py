@@ -10,7 +10,7 @@ document) and index/<shard>.parquet (doc_id, source, bucket, shard, offset, leng
 
 from __future__ import annotations
 
-import copy
+
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 
 from tokenmill import schema
 from tokenmill.execution import make_executor
-from tokenmill.runtime import ParamError, StageRun, input_id, merge_params
+from tokenmill.params import defaults, resolve
+from tokenmill.runtime import StageRun, input_id
 
 STAGE = "tokenize"
 INDEX = pa.schema([
@@ -38,30 +39,17 @@ INDEX = pa.schema([
 
 # The parameters and their defaults: conf/tokenize/default.yaml, which says what the tiers mean
 # (tests/test_config.py keeps the two equal).
-DEFAULTS: dict[str, Any] = {"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}}
+DEFAULTS: dict[str, Any] = defaults("tokenize")
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS: an unknown key, a wrong type or a tier outside [0, 1] is a ParamError naming
-    the full dotted key.
+    """params over DEFAULTS, checked by the schema (tokenmill.params.Tokenize).
 
-    quality_tiers is keyed by bucket and tier names, which no schema lists. A given mapping replaces the
-    default whole (merged, listing only code's tiers would keep web's, and `{}` or null could not turn tiers
-    off), so merge_params sees it as a free mapping and each level is type-checked below.
+    quality_tiers is keyed by bucket and tier names. A given mapping replaces the default whole (merged,
+    listing only code's tiers would keep web's, and `{}` or null could not turn tiers off).
     """
-    p = merge_params(STAGE, {"quality_tiers": {}}, params, nullable=("quality_tiers",))
-    if "quality_tiers" not in (params or {}):
-        p["quality_tiers"] = copy.deepcopy(DEFAULTS["quality_tiers"])
-    tiers = merge_params(f"{STAGE}.quality_tiers", {b: {} for b in p["quality_tiers"] or {}}, p["quality_tiers"])
-    for bucket, quantiles in tiers.items():
-        name = f"{STAGE}.quality_tiers.{bucket}"
-        if not quantiles:
-            raise ParamError(f"{name}: expected at least one tier, got {quantiles!r}")
-        tiers[bucket] = merge_params(name, {t: 0.0 for t in quantiles}, quantiles)
-        for tier, q in tiers[bucket].items():
-            if not 0 <= q <= 1:
-                raise ParamError(f"{name}.{tier}: expected a quantile in [0, 1], got {q!r}")
-    p["quality_tiers"] = tiers
+    p = resolve(STAGE, params)
+    p["quality_tiers"] = p["quality_tiers"] or {}
     return p
 
 

@@ -29,38 +29,22 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from tokenmill.runtime import merge_params
+from tokenmill.params import defaults, resolve
+from tokenmill.runtime import ParamError
 
 from .core import token_dtype
 from .sample import Source, as_stream, write_sample
 
-DEFAULTS: dict[str, Any] = {
-    "model_type": "bpe",  # bpe | unigram
-    "vocab_size": 16384,
-    "sample_bytes": 20_000_000,  # UTF-8 bytes of documents in the training sample
-    "seed": 1234,
-    "num_reserved": 16,  # <reserved_0> .. : control ids kept free for later use (chat markers, FIM, ...)
-    "user_defined_symbols": ["\n", "\t", "\r"],
-    "character_coverage": 0.9999,  # rarer characters are left to byte fallback
-    "max_piece_length": 16,
-    "max_sentence_bytes": 8192,  # longer training lines are cut (SentencePiece would skip them)
-    "num_threads": 1,  # part of the result for unigram (float sums), so fixed rather than os.cpu_count()
-    "unk_piece": "<unk>",
-    "bos_piece": "<s>",
-    "eos_piece": "</s>",
-    "pad_piece": "<pad>",
-}
+DEFAULTS: dict[str, Any] = {k: v for k, v in defaults("tokenizer").items() if k != "sample_weights"}
 
 FILES = ("tokenizer.model", "tokenizer.vocab", "meta.json", "hf/tokenizer.json", "hf/tokenizer_config.json")
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    p = merge_params("tokenizer", DEFAULTS, params)
-    if p["model_type"] not in ("bpe", "unigram"):
-        raise ValueError(f"tokenizer.model_type must be bpe or unigram, got {p['model_type']!r}")
-    p["user_defined_symbols"] = list(p["user_defined_symbols"])
-    if "\n" not in p["user_defined_symbols"]:
-        raise ValueError('user_defined_symbols must contain "\\n": training lines cannot hold it otherwise')
+    """params over DEFAULTS, checked by the schema (tokenmill.params.Tokenizer); the sample weights are the
+    stage's, not the trainer's."""
+    p = resolve("tokenizer", params)
+    p.pop("sample_weights")
     return p
 
 
@@ -141,8 +125,13 @@ def train_tokenizer(texts_by_bucket: Source, weights: Mapping[str, float] | None
                               sample_path, int(p["max_sentence_bytes"]))
         sampled = time.perf_counter()
         spm.set_random_generator_seed(int(p["seed"]))
-        spm.SentencePieceTrainer.train(input=str(sample_path), model_prefix=str(Path(tmp) / "tokenizer"),
-                                       **sentencepiece_options(p))
+        try:
+            spm.SentencePieceTrainer.train(input=str(sample_path), model_prefix=str(Path(tmp) / "tokenizer"),
+                                           **sentencepiece_options(p))
+        except RuntimeError as exc:  # what only the sample decides: its characters need room in the vocabulary
+            raise ParamError(f"tokenizer: SentencePiece cannot train on this sample with vocab_size "
+                             f"{p['vocab_size']}, character_coverage {p['character_coverage']}: "
+                             f"{str(exc).strip().splitlines()[-1]}") from None
         trained = time.perf_counter()
         model = _scrub_model((Path(tmp) / "tokenizer.model").read_bytes())
         _write_atomic(out_dir / "tokenizer.model", model)

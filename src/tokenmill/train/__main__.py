@@ -2,18 +2,50 @@
 
 The entry point torchrun launches (one process per GPU or CPU rank): every rank runs train(); rank 0 prints
 the summary. The config file is JSON {"model": {...}, "train": {...}}.
+
+A rank that fails says why in one line: a user's error (configuration, data, a diverged run) as `train: <why>`
+on stderr and exit code 2; a bug with its traceback and exit code 1. Either way, where the training stage
+set TOKENMILL_TRAIN_REASONS (a directory), the rank also writes that line to rank<N>.txt there: torchrun's
+log interleaves every rank's output and ends with its own banner, so the stage reads the reason from these
+files, not from the log (tokenmill.train.stage.failure_reason).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 import torch
 
 from tokenmill.train.config import TrainConfigError
 from tokenmill.train.data import DataError
+
+
+REASONS_ENV = "TOKENMILL_TRAIN_REASONS"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _record_reason(line: str) -> None:
+    """Write why this rank failed to $TOKENMILL_TRAIN_REASONS/rank<N>.txt, where the stage set it."""
+    root = os.environ.get(REASONS_ENV)
+    if root:
+        try:
+            (Path(root) / f"rank{os.environ.get('RANK', '0')}.txt").write_text(line + "\n")
+        except OSError:
+            pass  # the reason is in the log too
+
+
+def _user_error(message: str) -> int:
+    line = f"train: {_one_line(message)}"
+    print(line, file=sys.stderr)
+    _record_reason(line)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,17 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         summary = train(run_cfg, args.data_root, args.out, args.live, tokens_dir=args.tokens, plan_dir=args.plan,
                         stop_after=args.stop_after, evalset=args.evalset)
     except (TrainConfigError, DataError, TrainError, ValueError, FileNotFoundError) as exc:
-        print(f"train: {exc}", file=sys.stderr)
-        return 2
+        return _user_error(str(exc))
     except torch.OutOfMemoryError as exc:
         # Seen on one H100: a scout at micro-batch 32 asked for 16 GiB of float32 logits. One line, not the
         # allocator's paragraph, and what to change.
         first = str(exc).split(". ", 2)
-        print(f"train: out of GPU memory ({'. '.join(first[:2])}): lower train.micro_batch (a scout's: "
-              "scouts.<rung>.micro_batch) or set train.parallel.activation_checkpoint", file=sys.stderr)
-        return 2
-    import os
-
+        return _user_error(f"out of GPU memory ({'. '.join(first[:2])}): lower train.micro_batch (a scout's: "
+                           "scouts.<rung>.micro_batch) or set train.parallel.activation_checkpoint")
+    except Exception as exc:  # a bug: the traceback goes to the log, the last line of it to the stage
+        _record_reason(": ".join(filter(None, (type(exc).__name__, _one_line(str(exc))))))
+        raise
     if os.environ.get("RANK", "0") == "0":
         print(json.dumps(summary, indent=2, sort_keys=True))
     return 0

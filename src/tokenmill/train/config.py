@@ -223,14 +223,12 @@ def mesh_shape(train: TrainConfig, world: int) -> MeshShape:
 
 
 def _validate(cls, data: Mapping, section: str):
-    try:
-        return cls.model_validate(dict(data))
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
-            lines.append(f"{where}: {err['msg']}" + (f" (got {err['input']!r})" if err["type"] != "missing" else ""))
-        raise TrainConfigError("; ".join(lines)) from None
+    from tokenmill.params import check_section  # the one wording of a parameter's error
+
+    lines = check_section(section, data, cls)
+    if lines:
+        raise TrainConfigError("; ".join(lines))
+    return cls.model_validate(dict(data))
 
 
 def parse_model(model_cfg: Mapping) -> ModelConfig:

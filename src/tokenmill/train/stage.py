@@ -10,6 +10,10 @@ torchrun's ranks. So:
 - train() writes every file of the run (rank 0 the tables and final weights, all ranks the checkpoints);
   when torchrun returns, this process writes the content manifest (a digest of the run's deterministic
   files, checkpoints left out) and the run record, as StageRun does for the other stages.
+- every file of the output, checkpoints included, is a function of the configuration and the data: no
+  time, host or path (those are in the run record, runs/<stage>.json), so the same inputs built in another
+  directory or on another machine get the same DVC hash.
+- a failed run is one line naming why (failure_reason): the failing rank's own line, not torchrun's banner.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Mapping
@@ -44,7 +50,64 @@ RUN_KEY = "run_key.json"
 
 
 class LaunchError(RuntimeError):
-    """torchrun failed; the message names the run and where its log is."""
+    """torchrun failed; the message names the run, why it failed (failure_reason) and where its log is."""
+
+
+# Set for the ranks: a directory where a failing rank writes its one-line reason (tokenmill.train.__main__).
+REASONS_ENV = "TOKENMILL_TRAIN_REASONS"
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]: ?")  # torchrun's prefix of a rank's lines
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(.*))?$")
+_TORCHRUN_OWN = ("torch.distributed.elastic.", "ChildFailedError")
+# Where torchrun's own report of a failed rank starts: its log line, its traceback, its banner.
+_TORCHRUN_REPORT = re.compile(r"^[EWI]\d{4} .*torch/distributed/elastic/|ChildFailedError")
+_PROGRESS = re.compile(r"^train: step \d+ skipped")  # the spike guard's lines are not errors
+_SIGNAL = re.compile(r"^\s*traceback\s*: Signal (\d+) \((\w+)\)", re.M)  # torchrun's root-cause record
+_RECORD_RANK = re.compile(r"^\s*rank\s*: (\d+)", re.M)
+
+
+def failure_reason(reasons: Path | None, log_text: str, world: int = 1) -> str:
+    """Why a torchrun launch failed, in one line.
+
+    1. The line a failing rank wrote to `reasons`/rank<N>.txt (a user's error, or the last line of a bug's
+       traceback); of several ranks, the one that wrote first (the others mostly fail because it left).
+    2. Else, from the log: the last line of the first Python traceback that is not torchrun's own (a rank that
+       died before its entry point ran: an import error, a bad argument), or the entry point's last `train:`
+       error line.
+    3. Else torchrun's root-cause record: a rank killed by a signal (SIGKILL: often the out-of-memory killer).
+    4. Else the last line before torchrun's report (which ends in a rule of '=': the line it used to give).
+    """
+    found = []
+    for path in reasons.glob("rank*.txt") if reasons is not None and reasons.is_dir() else ():
+        text = " ".join(path.read_text(errors="replace").split())
+        if text and path.stem[4:].isdigit():
+            found.append((path.stat().st_mtime_ns, int(path.stem[4:]), text))
+    if found:
+        _, rank, text = min(found)
+        text = text.removeprefix("train: ")
+        return f"rank {rank}: {text}" if world > 1 else text
+
+    lines = [_RANK_PREFIX.sub("", line).rstrip() for line in log_text.splitlines()]
+    in_traceback = False
+    for line in lines:
+        if line.startswith("Traceback (most recent call last):"):
+            in_traceback = True
+        elif in_traceback and line and not line[0].isspace():
+            in_traceback = False
+            if (m := _EXCEPTION.match(line)) and not any(own in m.group(1) for own in _TORCHRUN_OWN):
+                return " ".join(line.split())
+    errors = [line for line in lines if line.startswith("train: ") and not _PROGRESS.match(line)]
+    if errors:
+        return " ".join(errors[-1].removeprefix("train: ").split())
+    root = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), None)
+    record = "\n".join(lines[root:]) if root is not None else ""
+    if signal := _SIGNAL.search(record):  # "traceback : Signal 9 (SIGKILL) received by PID 1234"
+        rank = _RECORD_RANK.search(record)
+        who = f"rank {rank.group(1)}" if rank and world > 1 else "the training process"
+        hint = " (from outside: often the out-of-memory killer)" if signal.group(2) == "SIGKILL" else ""
+        return f"{who} was killed by signal {signal.group(1)} ({signal.group(2)}){hint}"
+    report = next((i for i, line in enumerate(lines) if _TORCHRUN_REPORT.search(line)), len(lines))
+    meaningful = [line.strip() for line in lines[:report] or lines if line.strip() and set(line.strip()) - set("=-")]
+    return " ".join(meaningful[-1].split()) if meaningful else "no output"
 
 
 def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
@@ -193,14 +256,14 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     cmd = torchrun_command(train.launch, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir, evalset)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     end_with_launcher(stage)  # under dvc: this stage ends when dvc does ...
-    with open(log, "w") as f:  # ... and torchrun with this stage
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                              preexec_fn=functools.partial(die_with_parent, os.getpid()))
-    if proc.returncode != 0:
-        tail = log.read_text().strip().splitlines()[-5:]
-        errors = [line for line in tail if line.startswith("train:")] or tail[-1:]
-        raise LaunchError(f"{stage}: training failed (exit {proc.returncode}): "
-                          f"{errors[-1] if errors else 'no output'} (full log: {log})")
+    with tempfile.TemporaryDirectory(prefix="tokenmill-train-reasons-") as reasons:
+        with open(log, "w") as f:  # ... and torchrun with this stage
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**env, REASONS_ENV: reasons},
+                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
+        if proc.returncode != 0:
+            world = train.launch.nnodes * train.launch.nproc_per_node
+            reason = failure_reason(Path(reasons), log.read_text(errors="replace"), world)
+            raise LaunchError(f"{stage}: training failed: {reason} (exit {proc.returncode}; full log: {log})")
 
     summary = json.loads((out_dir / "summary.json").read_text())
     digest = content_digest(out_dir)
