@@ -154,6 +154,18 @@ def test_a_name_that_misses_what_it_refers_to_is_a_problem(tmp_path, shipped, ke
     assert line in result["problems"], result["problems"]
 
 
+def test_a_misspelt_bucket_is_caught_where_no_source_fills_either(tmp_path):
+    """On the crawl preset only `web` has documents; `reference` is weighted by the presets all the same (its
+    weight is spread over web, one warning). `refrence` beside it is a typo of it, not one more missing bucket."""
+    crawl = _composed(tmp_path, "source=crawl", "+mixture.phases.anneal.weights.refrence=0.5")
+    root = tmp_path / "crawl"
+    (root / "data" / "raw" / "warc").mkdir(parents=True)
+    (root / "data" / "raw" / "warc" / "a.warc.gz").write_bytes(b"")
+    problems = [p for p in check_config(crawl, DVC, root)["problems"] if "weights" in p]
+    assert problems == ["mixture.phases.anneal.weights.refrence: 'refrence' is not declared (known: code, legal, "
+                        "reference, web); did you mean 'reference'?"]
+
+
 def test_a_crawl_file_no_glob_takes_is_named(tmp_path, shipped):
     """An uncompressed WARC beside the gzipped ones used to appear nowhere; the check names it."""
     root = _project(tmp_path)

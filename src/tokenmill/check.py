@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import glob
+from collections import Counter
 import os
 import re
 from pathlib import Path
@@ -95,11 +96,19 @@ def _names(params: Mapping[str, Any], sources: list, buckets: set[str]) -> list[
             if line := _typo(f"{section}.{name}", name, buckets):
                 out.append(line)
     tiers = (params.get("tokenize") or {}).get("quality_tiers") or {}
-    for phase, spec in ((params.get("mixture") or {}).get("phases") or {}).items():
-        for name in ((spec or {}).get("weights") or {}) if isinstance(spec, Mapping) else {}:
+    phases = {phase: spec.get("weights") or {} for phase, spec in ((params.get("mixture") or {}).get("phases") or {}).items()
+              if isinstance(spec, Mapping) and isinstance(spec.get("weights"), Mapping)}
+    # A preset may weight buckets the sources lack (a crawl has no code): those names are known too, so a
+    # misspelling of one (`refrence` beside `reference`) is caught even where no source fills either.
+    # Of two such names the one written less often is the typo.
+    uses = Counter(w.partition("/")[0] for weights in phases.values() for w in weights)
+    uses.update((params.get("tokenizer") or {}).get("sample_weights") or {})
+    for phase, weights in phases.items():
+        for name in weights:
             key = f"mixture.phases.{phase}.weights.{name}"
             bucket, _, tier = name.partition("/")
-            if line := _typo(key, bucket, buckets):
+            commoner = {b for b, n in uses.items() if n > uses[bucket]} if bucket not in buckets else set()
+            if line := _typo(key, bucket, buckets | commoner):
                 out.append(line)
             elif tier and bucket in tiers and isinstance(tiers[bucket], Mapping) and tier not in tiers[bucket]:
                 out.append(f"{key}: bucket {bucket!r} has the quality tiers {', '.join(sorted(tiers[bucket]))} "

@@ -190,7 +190,9 @@ def _nothing_read(results: list[dict]) -> str:
     """One line for a crawl that yielded no document: every file, its read errors or why its records went."""
     parts = []
     for r in results:
-        why = f"{r['read_errors']} read errors, first: {r['first_error']}" if r["read_errors"] else \
+        first = r["first_error"] if r["first_error"] is None or len(r["first_error"]) <= 160 else \
+            r["first_error"][:160] + "…"
+        why = f"{r['read_errors']} read errors, first: {first}" if r["read_errors"] else \
             ", ".join(f"{n} {k}" for k, n in sorted(r["counts"].items())) or "no records"
         parts.append(f"{r['file']} ({why})")
     return f"0 documents from {len(results)} source files, so every later stage would be empty: " + "; ".join(parts)
