@@ -346,8 +346,13 @@ def test_fuzz_ingest_conserves_every_record(fuzz, conservation):
     conservation(out)
     files = {f.split(":", 1)[1] for f in out.manifest["source_files"]}
     assert files == {c.name for c in fuzz["cases"]}, "every damaged file is a matched source file"
-    assert all(e["offset"] >= 0 for e in out.read_errors)
-    assert all("\n" not in e["error"] for e in out.read_errors)
+    # The damaged parquet files planned to be unreadable are read errors (test_parquet_damage_...): without
+    # them the two checks below would hold of an empty list.
+    read_errors = out.read_errors
+    assert sum(outcome == "read_error" for outcome in fuzz["expected"].values()) <= len(read_errors)
+    print(f"\nfuzz: {len(read_errors)} read errors")
+    assert read_errors and all(e["offset"] >= 0 for e in read_errors)
+    assert all("\n" not in e["error"] for e in read_errors)
 
 
 def test_undamaged_records_are_read_as_in_the_undamaged_file(fuzz):
@@ -384,15 +389,21 @@ def test_undamaged_records_are_read_as_in_the_undamaged_file(fuzz):
 
 def test_damaged_headers_are_malformed_records_at_their_offset(fuzz):
     out = _by_file(fuzz["out"])
-    for case in fuzz["cases"]:
-        if not case.header_damage:
-            continue
+    damaged = [case for case in fuzz["cases"] if case.header_damage]
+    assert damaged, "no case damages a WARC header"
+    malformed = 0
+    for case in damaged:
         rows = out[case.name]
-        assert all(int(r["locator"]) >= 0 for r in rows)
+        assert rows and all(int(r["locator"]) >= 0 for r in rows), case.name
         bad = [r for r in rows if r["reason"] == "malformed_record"]
         damaged_start = case.touched[0][0]
         # the damaged record itself is the malformed one (a length that happens to frame it right is fine)
         assert all(int(r["locator"]) == damaged_start for r in bad), (case.name, [r["locator"] for r in bad])
+        malformed += bool(bad)
+    # ... but rarely: most damaged headers must come out as malformed records, or the check above would
+    # hold of empty lists.
+    print(f"\nheader damage: {malformed} of {len(damaged)} cases give a malformed record at the damaged offset")
+    assert malformed >= 3 * len(damaged) // 4, (malformed, len(damaged))
 
 
 def test_parquet_damage_is_a_read_error_or_a_drop(fuzz):

@@ -262,7 +262,33 @@ def test_bad_dedup_parameter_is_named_where_the_default_is_none():
         resolve_params({"near": {"bands": "x", "rows": 4}})
 
 
+def _within(given, resolved, where: str = "") -> list[str]:
+    """Where `resolved` lost or changed a value of `given` (dicts key by key, lists item by item): resolving
+    parameters may add defaults, never drop or alter what the configuration set."""
+    if isinstance(given, dict):
+        if not isinstance(resolved, dict):
+            return [where]
+        return [w for k, v in given.items()
+                for w in ([f"{where}.{k}"] if k not in resolved else _within(v, resolved[k], f"{where}.{k}"))]
+    if isinstance(given, list):
+        if not isinstance(resolved, list) or len(resolved) != len(given):
+            return [where]
+        return [w for i, (a, b) in enumerate(zip(given, resolved)) for w in _within(a, b, f"{where}[{i}]")]
+    return [] if given == resolved else [where]
+
+
+def _leaves(d: dict, path: tuple = ()):
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            yield from _leaves(v, path + (k,))
+        else:
+            yield path + (k,), v
+
+
 def test_the_shipped_configurations_validate(tmp_path):
+    """Every option of every group composes and its sections resolve; resolving keeps every value set. An
+    option other than the one config.yaml selects changes the composed parameters, to the values its file
+    sets (at the file's @package: _global_ is the root)."""
     import yaml
 
     from tokenmill.config import compose
@@ -273,17 +299,38 @@ def test_the_shipped_configurations_validate(tmp_path):
 
     conf = PROJECT / "conf"
     # every option of every group the root config selects from (model is chosen inside scale presets)
-    groups = [next(iter(d)) for d in yaml.safe_load((conf / "config.yaml").read_text())["defaults"]
-              if isinstance(d, dict)]
-    presets = [[]] + [[f"{group}={p.stem}"] for group in groups for p in sorted((conf / group).glob("*.yaml"))]
-    for overrides in presets:
+    selected = {k: v for d in yaml.safe_load((conf / "config.yaml").read_text())["defaults"] if isinstance(d, dict)
+                for k, v in d.items()}
+    default = None
+    presets = [(None, None)] + [(group, p) for group in selected for p in sorted((conf / group).glob("*.yaml"))]
+    changed = 0
+    for group, path in presets:
         out = tmp_path / "params.yaml"
-        compose(overrides, conf_dir=conf, output=out)
+        compose([f"{group}={path.stem}"] if group else [], conf_dir=conf, output=out)
         p = yaml.safe_load(out.read_text())
-        filters(p["filter"])
-        dedup(p["dedup"])
-        decontaminate(p["decontaminate"])
-        tokenizer({k: v for k, v in p["tokenizer"].items() if k != "sample_weights"})  # weights: the stage's own
+        resolved = [(filters(p["filter"]), p["filter"]), (dedup(p["dedup"]), p["dedup"]),
+                    (decontaminate(p["decontaminate"]), p["decontaminate"])]
+        sub = {k: v for k, v in p["tokenizer"].items() if k != "sample_weights"}  # weights: the stage's own
+        resolved.append((tokenizer(sub), sub))
+        for got, given in resolved:
+            assert isinstance(got, dict) and not _within(given, got), (group, path, _within(given, got))
+        if group is None:
+            default = p
+            continue
+        if path.stem == selected[group]:
+            assert p == default, (group, path.stem)
+            continue
+        assert p != default, f"{group}={path.stem} composes to the default parameters"
+        text = path.read_text()
+        package = text.splitlines()[0].removeprefix("# @package ").strip()
+        base = () if package == "_global_" else tuple(package.split("."))
+        for key, value in _leaves({k: v for k, v in yaml.safe_load(text).items() if k != "defaults"}):
+            node = p
+            for k in base + key:
+                node = node[k]
+            assert node == value, (f"{group}={path.stem}", base + key, value, node)
+        changed += 1
+    assert changed >= 8  # source=crawl, three mixtures, four h100 scales
 
 
 # ---------------------------------------------------------------------------------------------------------

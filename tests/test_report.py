@@ -3,7 +3,8 @@ missing inputs give "not run" sections; every SQL query of docs/audit.md runs on
 
 The browser is Debian's chromium (`apt-get install -y chromium`), driven through the Chrome DevTools
 protocol over a pipe (--remote-debugging-pipe: JSON messages ending in NUL on file descriptors 3 and 4), so
-no driver package is needed. Without chromium the browser test is skipped, and fails under CI=true.
+no driver package is needed. Without chromium the browser test is skipped, and fails under any non-empty CI
+value (CI systems set true, 1, yes ...).
 """
 
 import base64
@@ -46,6 +47,19 @@ def _chromium() -> str:
             pytest.fail("chromium is not installed (apt-get install -y chromium)")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     return found
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("1", pytest.fail.Exception),
+                                         ("yes", pytest.fail.Exception), ("", pytest.skip.Exception)])
+def test_a_missing_chromium_fails_under_any_ci_value(monkeypatch, ci, outcome):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", ci)
+    try:  # caught by hand: a skip escaping here would skip this test instead of failing it
+        _chromium()
+        got = None
+    except (pytest.fail.Exception, pytest.skip.Exception) as exc:
+        got = exc
+    assert type(got) is outcome and "chromium is not installed" in str(got), repr(got)
 
 
 def _to_3_and_4(read_fd: int, write_fd: int) -> None:

@@ -3,7 +3,8 @@
 Real text from ../shared/data/text (WikiText-2 articles as bucket `reference`, Tiny Shakespeare scenes as
 bucket `books`), a SentencePiece tokenizer trained by tokenmill.tokenizer (vocabulary 512, about a second),
 token shards and index in the tokenize stage's layout, and a plan + held-out split from
-tokenmill.mixture.build_plan with a bulk and an anneal phase. Also: launching torchrun on 127.0.0.1.
+tokenmill.mixture.build_plan with a bulk and an anneal phase. Also: the held-out targets a run is scored on
+and their unigram entropy, computed from the files; launching torchrun on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from conftest import missing_shared_data  # skips, or fails under CI=true
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +79,31 @@ def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7, vocab_s
     held = result["heldout"].select(["doc_id", "bucket", "shard", "offset", "length"])
     schema.write_parquet(held, held.schema, mix / "heldout.parquet")
     return root
+
+
+def heldout_targets(corpus: Path, bucket: str, sequences: int, seq_len: int) -> np.ndarray:
+    """The tokens the held-out loss of `bucket` scores, straight from the contract: the bucket's held-out
+    documents in doc_id order, each + end-of-text, cut into `sequences` windows of seq_len + 1 tokens that
+    overlap by one; the targets are each window's last seq_len tokens, i.e. flat[1 : sequences x seq_len + 1]."""
+    manifest = json.loads((corpus / "tokenize" / "manifest.json").read_text())
+    rows = sorted((r for r in pq.read_table(corpus / "mixture" / "heldout.parquet").to_pylist()
+                   if r["bucket"] == bucket), key=lambda r: r["doc_id"])
+    parts = []
+    for row in rows:
+        tokens = np.fromfile(corpus / "tokenize" / row["shard"], dtype=manifest["dtype"])
+        parts += [tokens[row["offset"]:row["offset"] + row["length"]].astype(np.int64),
+                  np.array([manifest["eos_id"]], dtype=np.int64)]
+    flat = np.concatenate(parts)
+    assert len(flat) > sequences * seq_len + 1, bucket
+    return flat[1:sequences * seq_len + 1]
+
+
+def unigram_entropy(tokens: np.ndarray) -> float:
+    """Plug-in unigram entropy in nats per token: the smallest mean cross-entropy any context-free
+    distribution can reach on exactly these tokens (their own frequencies, fitted after the fact)."""
+    p = np.bincount(tokens) / len(tokens)
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
 
 
 def tiny_run(**train_overrides) -> dict:
