@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from tokenmill import columns, schema
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, input_id
+from tokenmill.runtime import StageRun, input_id, temporary
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _write_kept(input_path: str, source: pq.ParquetFile, table: pa.Table, docs: 
         schema.write_parquet(rows, schema.DOCUMENT, target)
     elif all(keep) and source.schema_arrow.equals(schema.DOCUMENT):
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        tmp = temporary(target)
         shutil.copyfile(input_path, tmp)
         os.replace(tmp, target)  # atomic, as schema.write_parquet
     else:

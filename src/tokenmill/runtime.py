@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import time
@@ -157,7 +158,7 @@ def run_id(params: Mapping[str, Any], input_hashes: Mapping[str, str], code: str
 def write_json(path: str | Path, obj: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary(path)
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, path)
 
@@ -207,6 +208,23 @@ def write_plot_rows(path: str | Path, rows: list[dict]) -> None:
     write_json(path, rows)
 
 
+# Temporaries: `.<name>.tmp-<pid>@<host>` (being written) and `.<name>.old-<pid>@<host>` (an output being
+# swapped out), beside the path they become. The pid and host say whose they are, so any later run can tell a
+# killed run's leftovers from a live run's work. Names without a host (older runs) count as this host's.
+HOST = re.sub(r"[^A-Za-z0-9.-]", "_", platform.node())[:64] or "localhost"
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>[0-9]+)(?:@(?P<host>[A-Za-z0-9._-]+))?$")
+# The trees stages write, relative to the workspace (the folder of dvc.yaml). data/raw and data/user hold the
+# user's own files: never swept, whatever their names.
+OUTPUT_ROOTS = ("data", "lineage", "reports", "metrics", "runs", "plots", "dvclive")
+USER_DIRS = ("data/raw", "data/user")
+
+
+def temporary(path: str | Path, kind: str = "tmp") -> Path:
+    """This process's temporary (kind "tmp") or swapped-out (kind "old") name for `path`, beside it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}@{HOST}")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -217,14 +235,84 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stale(name: str) -> bool:
+    """A temporary left by a run that is gone: its pid is this host's and no process has it. A live pid is
+    never stale, even one reused by another program since (a leftover kept is harmless; a live run's work
+    removed is not), nor is another host's (a workspace on a shared file system)."""
+    m = TEMPORARY.match(name)
+    return bool(m) and m["host"] in (None, HOST) and not _alive(int(m["pid"]))
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
 def remove_stale(path: Path) -> list[Path]:
-    """Delete leftovers of killed runs beside `path`: .<name>.tmp-<pid> / .<name>.old-<pid> of dead pids."""
+    """Delete leftovers of killed runs beside `path`: its temporary and swapped-out names of dead pids."""
+    path = Path(path)
     removed = []
     for p in path.parent.glob(f".{path.name}.*-*"):
-        kind, _, pid = p.name[len(path.name) + 2:].partition("-")
-        if kind in ("tmp", "old") and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        m = TEMPORARY.match(p.name)
+        if m and m["name"] == path.name and _stale(p.name):
+            _remove(p)
             removed.append(p)
+    return removed
+
+
+def workspace_of(path: str | Path) -> Path | None:
+    """The project a stage output belongs to: the nearest folder at or above it holding dvc.yaml."""
+    path = Path(path).resolve()
+    return next((d for d in (path, *path.parents) if (d / "dvc.yaml").is_file()), None)
+
+
+def sweep_stale(workspace: str | Path) -> list[Path]:
+    """Delete every leftover of a killed run in the workspace's output trees (OUTPUT_ROOTS, at any depth, and
+    the workspace's own top level, where `reports` and `lineage` swap): temporaries of dead pids of this host.
+
+    A stage removes its own leftovers when it runs again (remove_stale), but a killed stage whose previous
+    output was intact is never rerun: `dvc repro` has nothing to do for it. So every stage, when it starts,
+    sweeps them all: a partial copy of a corpus does not stay until the stage that left it happens to run.
+    Live runs' temporaries (this one's, its workers', a parallel run's) and the user's data/raw, data/user are
+    never touched; nothing descends into a temporary, and symbolic links are not followed.
+    """
+    workspace = Path(workspace)
+    skip = {workspace / d for d in USER_DIRS}
+    removed: list[Path] = []
+    for entry in workspace.iterdir():
+        if _stale(entry.name):
+            _remove(entry)
+            removed.append(entry)
+    for root in OUTPUT_ROOTS:
+        top = workspace / root
+        if not top.is_dir() or top.is_symlink():
+            continue
+        for folder, dirs, files in os.walk(top):
+            here = Path(folder)
+            for name in [*dirs, *files]:
+                if _stale(name):
+                    _remove(here / name)
+                    removed.append(here / name)
+            # Not into temporaries (a live one is its run's; a dead one is gone) nor the user's files.
+            dirs[:] = [d for d in dirs if not TEMPORARY.match(d) and here / d not in skip]
+    return removed
+
+
+def clean_leftovers(stage: str, out_dir: str | Path) -> list[Path]:
+    """At a stage's start: every killed run's leftovers in its workspace (sweep_stale), or beside its output
+    when it writes outside any workspace (tests, tools). One line on stderr names what went."""
+    from tokenmill import trace
+
+    with trace.unrecorded():  # names of leftovers only: no dependency of the stage (tests/dvc_deps.py)
+        workspace = workspace_of(Path(out_dir).parent)
+        removed = remove_stale(Path(out_dir)) + (sweep_stale(workspace) if workspace else [])
+    if removed:
+        shown = ", ".join(str(p.relative_to(workspace) if workspace and p.is_relative_to(workspace) else p)
+                          for p in removed[:3])
+        more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
+        print(f"{stage}: removed what killed runs left: {shown}{more}", file=sys.stderr)
     return removed
 
 
@@ -264,7 +352,7 @@ class StageRun:
         self.metrics_dir = Path(metrics_dir)
         self.runs_dir = Path(runs_dir)
         self.libraries = tuple(libraries)  # beyond pyarrow, which writes every stage's Parquet
-        self.tmp = self.out_dir.with_name(f".{self.out_dir.name}.tmp-{os.getpid()}")
+        self.tmp = temporary(self.out_dir)
         self.input_hashes: dict[str, str] = {}
         self.counts_in = 0
         self.reasons: Counter[tuple[str, str]] = Counter()  # (action, reason) -> documents
@@ -278,7 +366,7 @@ class StageRun:
         end_with_launcher(self.stage)  # under dvc: this stage ends when the dvc that started it does
         self.started = time.perf_counter()
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(self.out_dir)  # a killed earlier run's temporary and half-swapped directories
+        clean_leftovers(self.stage, self.out_dir)  # killed runs' temporary and half-swapped directories
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir(parents=True)
         return self
@@ -310,7 +398,7 @@ class StageRun:
                     **extra}
         write_json(self.tmp / "manifest.json", manifest)
         # Swap into place: the old output disappears only once the new one is complete.
-        old = self.out_dir.with_name(f".{self.out_dir.name}.old-{os.getpid()}")
+        old = temporary(self.out_dir, "old")
         if self.out_dir.exists():
             os.replace(self.out_dir, old)
         os.replace(self.tmp, self.out_dir)

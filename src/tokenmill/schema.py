@@ -15,6 +15,8 @@ from typing import Iterable, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill.runtime import temporary
+
 # Kept documents, with text. Later stages may change `text` (redaction, line removal) but never `doc_id`.
 DOCUMENT = pa.schema(
     [
@@ -112,7 +114,7 @@ def write_parquet(rows: Iterable[dict] | pa.Table, schema: pa.Schema, path: Path
         table = table.select(schema.names).cast(schema)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary(path)
     pq.write_table(table, tmp, compression="zstd", row_group_size=64 * 1024, write_statistics=True)
     os.replace(tmp, path)
     return table.num_rows

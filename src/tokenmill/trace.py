@@ -5,11 +5,13 @@ inherit the variable — appends to <dir>/<pid>.jsonl one line per distinct even
 imports, the files it opens for reading, the directories it lists, and the parameter keys the stage asks
 `load_params` for. DVC names the stage in DVC_STAGE, which every line carries. Files read by C++ code
 (pyarrow, DuckDB, fastText) raise no Python event; in this code base each of those reads follows a
-directory listing or a manifest read of the same stage directory, which is recorded.
+directory listing or a manifest read of the same stage directory, which is recorded. The sweep of killed runs'
+leftovers at a stage's start lists every output tree and reads nothing: it runs `unrecorded()`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -55,6 +57,18 @@ def _hook(event: str, args: tuple) -> None:
 
 def param(key: str) -> None:
     _emit("param", key)
+
+
+@contextlib.contextmanager
+def unrecorded():
+    """Listings that shape no output, not recorded: the sweep of killed runs' temporaries at a stage's start
+    (runtime.sweep_stale) lists every output tree of the workspace to remove leftovers, and reads nothing."""
+    global _busy
+    before, _busy = _busy, True
+    try:
+        yield
+    finally:
+        _busy = before
 
 
 def start(directory: str) -> None:

@@ -100,8 +100,15 @@ def split_heldout(index: pa.Table, fraction: float, seed: int) -> pa.Array:
 
 
 def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: int,
-               max_epochs: Mapping[str, float] | float = 4.0, heldout_fraction: float = 0.0) -> dict:
-    """index: columns doc_id, bucket, shard, offset, length. Returns plan, bucket summary, held-out ids."""
+               max_epochs: Mapping[str, float] | float = 4.0, heldout_fraction: float = 0.0,
+               cap_budget: bool = False) -> dict:
+    """index: columns doc_id, bucket, shard, offset, length. Returns plan, bucket summary, held-out ids.
+
+    A bucket the budget would repeat more than its max_epochs stops the plan (MixtureError), unless
+    cap_budget: then the budget shrinks to the most the epoch caps allow (the budget was derived, not asked
+    for: a corpus too small for the model trains on what it has). The result's token_budget is the budget
+    planned, requested_budget the one given, and capped_by the bucket that set the cap (None: not capped).
+    """
     heldout_mask = split_heldout(index, heldout_fraction, seed)
     heldout = index.filter(heldout_mask)
     train = index.filter(pc.invert(heldout_mask))
@@ -123,13 +130,24 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
                                f"weight one of those in mixture.phases.{ph.name}.weights")
 
     # Tokens each bucket must supply over the whole run, checked against the epoch cap before any work.
-    wanted: dict[str, float] = {}
+    def cap_of(b: str) -> float:
+        return max_epochs.get(b, max_epochs.get("default", 4.0)) if isinstance(max_epochs, Mapping) else max_epochs
+
+    share: dict[str, float] = {}  # each bucket's part of the budget, over all phases
     for ph in phases:
         total_w = sum(ph.weights.values())
         for b, w in ph.weights.items():
-            wanted[b] = wanted.get(b, 0.0) + token_budget * ph.fraction * w / total_w
+            share[b] = share.get(b, 0.0) + ph.fraction * w / total_w
+    requested, capped_by = token_budget, None
+    over = {b: token_budget * f / (cap_of(b) * available[b]) for b, f in share.items() if f > 0}
+    if cap_budget and over and max(over.values()) > 1:
+        capped_by = max(over, key=lambda b: (over[b], b))  # the bucket that runs out first sets the budget
+        token_budget = int(cap_of(capped_by) * available[capped_by] / share[capped_by])
+        while token_budget > 0 and any(token_budget * f > cap_of(b) * available[b] for b, f in share.items()):
+            token_budget -= 1  # float rounding: never past a cap
+    wanted = {b: token_budget * f for b, f in share.items()}
     for b, tokens in wanted.items():
-        cap = max_epochs.get(b, max_epochs.get("default", 4.0)) if isinstance(max_epochs, Mapping) else max_epochs
+        cap = cap_of(b)
         if tokens > cap * available[b]:
             raise MixtureError(
                 f"mixture: bucket {b!r} would be repeated {tokens / available[b]:.2f} times "
@@ -172,7 +190,8 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
         "offset": pa.array([r[5] for r in rows], pa.int64()), "length": pa.array([r[6] for r in rows], pa.int64()),
         "stream_start": pa.array(starts, pa.int64()),
     }, schema=PLAN)
-    return {"plan": plan, "heldout": heldout, "available": available, "wanted": wanted, "missing": missing}
+    return {"plan": plan, "heldout": heldout, "available": available, "wanted": wanted, "missing": missing,
+            "token_budget": token_budget, "requested_budget": requested, "capped_by": capped_by}
 
 
 def tokens_per_step(train_cfg: Mapping) -> int:

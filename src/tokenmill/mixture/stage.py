@@ -44,9 +44,19 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
     params = {"mixture": dict(mixture_cfg), "train": dict(budget_cfg), "model": dict(model_cfg), "token_budget": budget}
     with StageRun("mixture", out_dir, params, input_stage=input_stage, libraries=("numpy", "duckdb")) as run:
         run.input_hashes[input_stage] = input_id(tok)
+        # A budget the user set is what they asked for: a corpus too small for it stops the plan. A derived one
+        # (tokens_per_param x parameters) shrinks to what the epoch caps allow, with one warning line.
         result = build_plan(index, phases, budget, mixture_cfg["seed"], mixture_cfg["max_epochs"],
-                            mixture_cfg["heldout_fraction"])
+                            mixture_cfg["heldout_fraction"], cap_budget=not budget_cfg.get("token_budget"))
         plan = result["plan"]
+        if (by := result["capped_by"]) is not None:
+            cap = mixture_cfg["max_epochs"].get(by, mixture_cfg["max_epochs"]["default"])
+            print(f"mixture: warning: the corpus is too small for the token budget of {budget:,} "
+                  f"(train.tokens_per_param x the model's parameters): bucket {by!r} would be repeated "
+                  f"{budget / result['token_budget'] * cap:.2f} times but max_epochs is {cap}; planning "
+                  f"{result['token_budget']:,} tokens instead (add data, or set train.token_budget to insist)",
+                  file=sys.stderr)
+        budget = result["token_budget"]
         if result["missing"]:
             print(f"mixture: warning: {mixture_cfg['name']} weights "
                   f"{', '.join(result['missing'])}, which the corpus lacks; their weight is spread over "
@@ -89,6 +99,8 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
             agg["planned"] += b["planned_tokens"]
         run.metrics.update({
             "token_budget": budget, "plan_tokens": plan_tokens, "steps": steps, "unique_documents": unique,
+            # A derived budget the corpus could not fill (see above): what was asked for, and that it was cut.
+            "budget_capped": result["capped_by"] is not None, "requested_tokens": result["requested_budget"],
             "heldout_documents": result["heldout"].num_rows,
             "missing_buckets": ", ".join(result["missing"]),  # weighted by the preset, absent from the corpus
             "planned": {k: v["planned"] for k, v in sorted(per_bucket.items())},  # tokens, with repeats

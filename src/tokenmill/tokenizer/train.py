@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tokenmill.params import defaults, resolve
-from tokenmill.runtime import ParamError
+from tokenmill.runtime import ParamError, temporary
 
 from .core import token_dtype
 from .sample import Source, as_stream, write_sample
@@ -95,7 +95,7 @@ def _scrub_model(model: bytes) -> bytes:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary(path)
     tmp.write_bytes(data)
     os.replace(tmp, path)
 

@@ -33,6 +33,7 @@ from typing import Mapping
 
 from tokenmill.execution.lifetime import die_with_parent, end_with_launcher
 from tokenmill.runtime import (
+    clean_leftovers,
     code_files,
     code_version,
     input_id,
@@ -233,6 +234,7 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     for replica in replicas:
         parse_run(replica)
     data_root, out_dir = Path(data_root), Path(out_dir)
+    clean_leftovers(stage, out_dir)  # killed runs' temporaries anywhere in the workspace, as every stage
     live_dir = Path(live_dir) if live_dir is not None else None
     plan_dir, tokens_dir = data_root / plan_stage, data_root / token_stage
     inputs = {plan_stage: input_id(plan_dir), token_stage: input_id(tokens_dir)}
