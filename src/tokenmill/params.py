@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import types
 import typing
 from typing import Annotated, Any, Literal, Mapping
 
@@ -259,7 +260,8 @@ class Pii(_Section):
     enabled: dict[str, bool] = {}  # types left out are on
     tokens: dict[str, str] = {}  # types left out get <TYPE>
     phone_regions: list[str] = Field(default_factory=lambda: list(_pii_regions()))
-    # valid: the number exists in its region's numbering plan; possible: only its length fits (RESULTS.md, PII)
+    # valid: the number is in a range its plan allocates (is_valid_number); possible: only its length fits the
+    # plan (is_possible_number), which also accepts numbers with unassigned area codes (RESULTS.md, PII)
     phone_validation: Literal["valid", "possible"] = "valid"
     keep_private_ip: bool = False
 
@@ -544,6 +546,11 @@ SECTIONS: dict[str, type[_Section]] = {
 }
 
 
+# Sections validated here through schemas that live beside the code reading them (or, for sources, a model per
+# declared source): see problems().
+BESIDE_THEIR_CODE = ("sources", "model", "train", "scouts", "forecast")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Errors as one line each: the dotted key, what is allowed, the value given
 
@@ -554,7 +561,7 @@ def _unwrap(annotation: Any) -> Any:
         origin = typing.get_origin(annotation)
         if origin is Annotated:
             annotation = typing.get_args(annotation)[0]
-        elif origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        elif origin in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(annotation) if a is not type(None)]
             if len(args) != 1:
                 return annotation
@@ -586,6 +593,12 @@ def _field_at(model: type[BaseModel], loc: tuple) -> tuple[type[BaseModel] | Non
         else:
             return holder, None
     return holder, info
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The model whose fields a key below loc is one of (the section's own model for an empty loc)."""
+    holder, _ = _field_at(model, (*loc, ""))  # "" is no field: the walk stops at the model it is looked up in
+    return holder or model
 
 
 def _bounds(info) -> dict:
@@ -633,13 +646,7 @@ def _lines(model: type[BaseModel], section: str, exc: ValidationError) -> list[s
                                                                         or "[" in p or p.startswith("function-"))))
         where = _where(section, loc)
         if kind == "extra_forbidden":
-            holder, _ = _field_at(model, loc[:-1] + ("",)) if loc[:-1] else (model, None)
-            holder = holder if holder is not None else model
-            if loc[:-1]:
-                h, info = _field_at(model, loc[:-1])
-                inner = _unwrap(info.annotation) if info is not None else None
-                holder = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else holder
-            known = sorted(holder.model_fields)
+            known = sorted(_model_at(model, loc[:-1]).model_fields)
             near = difflib.get_close_matches(str(loc[-1]), known, n=1)
             lines.append(f"{where}: unknown parameter (known: {', '.join(known)})"
                          + (f"; did you mean {near[0]!r}?" if near else ""))
@@ -708,8 +715,8 @@ def problems(params: Mapping[str, Any]) -> list[str]:
         if name in params:
             out += check_section(name, params[name])
     for name in params:
-        if name not in SECTIONS and name not in ("sources", "model", "train", "scouts", "forecast"):
-            near = difflib.get_close_matches(name, [*SECTIONS, "sources", "model", "train", "scouts", "forecast"], n=1)
+        if name not in SECTIONS and name not in BESIDE_THEIR_CODE:
+            near = difflib.get_close_matches(name, [*SECTIONS, *BESIDE_THEIR_CODE], n=1)
             out.append(f"{name}: unknown section" + (f" (did you mean {near[0]!r}?)" if near else ""))
     if "sources" in params:
         sources = params["sources"]

@@ -114,9 +114,6 @@ def find_emails(text: str) -> list[tuple[int, int]]:
 # defaults, 6 of 29 false positives on the development set were DE "numbers" (benchmarks/pii_devset.py).
 # Add such regions when the crawl is from there: their numbers written internationally are found anyway.
 DEFAULT_REGIONS = ("US", "CA", "GB", "IE", "AU", "NZ", "ZA", "IN", "FR", "NL", "CN")
-# "valid": the number is in a range its plan allocates (is_valid_number); "possible": only its length
-# fits the plan (is_possible_number), which also accepts numbers with unassigned area codes.
-PHONE_VALIDATION = ("valid", "possible")
 
 # A run: groups of digits (a group may be parenthesised, the first may start with "+") joined by single
 # separators. Runs are found first and then cut into phone numbers, so that "052 5552606 074-7111234"
