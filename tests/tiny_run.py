@@ -88,6 +88,7 @@ def _fresh_clone(repo: Path) -> None:
         f.write(TINY)
     run(["git", "init", "-q"], repo)
     run(["dvc", "init", "-q"], repo)
+    run(["dvc", "config", "hydra.enabled", "true"], repo)  # as the project's .dvc/config: `-S` composes conf/
     compose([], conf_dir=repo / "conf", output=repo / "params.yaml")
     run(["git", "add", "-A"], repo)
     run(["git", "commit", "-qm", "tiny"], repo)

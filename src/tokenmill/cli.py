@@ -1,5 +1,6 @@
 """`tokenmill audit ...`: answer, from lineage.duckdb, what happened to a document, a stage, the pipeline.
-`tokenmill compare ...`: which experiment wins on a metric, and whether the difference is beyond the noise."""
+`tokenmill compare ...`: which experiment wins on a metric, and whether the difference is beyond the noise.
+`tokenmill search ...`: a mixture's weights chosen from a swarm of scout-only experiments."""
 
 from __future__ import annotations
 
@@ -207,10 +208,30 @@ def _compare(args) -> int:
         print(f"tokenmill: {exc}", file=sys.stderr)
         return 2
     data = C.data_differences(exps)
+    if args.html:
+        from tokenmill.report.decision import build_decision_page
+
+        searches = args.search if args.search is not None else sorted((Path(args.repo) / "searches").glob("*.json"))
+        build_decision_page(args.html, results, data, searches, project=args.repo)
+        print(f"tokenmill: the decision page is {Path(args.html) / 'index.html'}", file=sys.stderr)
     if args.json:
         print(json.dumps({"comparisons": results, "data": data}, indent=1))
     else:
         print("\n\n".join(C.render(r, data) for r in results))
+    return 0
+
+
+def _search(args) -> int:
+    from tokenmill import search as S
+
+    try:
+        out = S.search(args.repo, preset=args.preset, phase=args.phase, rung=args.rung, runs=args.runs,
+                       jobs=args.jobs, concentration=args.concentration, seed=args.seed, name=args.name,
+                       verify=not args.no_verify, log=lambda line: print(line, file=sys.stderr))
+    except S.SearchError as exc:
+        print(f"tokenmill: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1) if args.json else S.render(out))
     return 0
 
 
@@ -237,9 +258,26 @@ def main(argv: list[str] | None = None) -> int:
                                                        "metric); repeatable")
     cmp.add_argument("--repo", default=".", help="the DVC repository (default: here)")
     cmp.add_argument("--json", action="store_true", help="the numbers as JSON")
+    cmp.add_argument("--html", metavar="DIR", help="also write the decision page (DIR/index.html, with plots)")
+    cmp.add_argument("--search", action="append", metavar="FILE",
+                     help="a mixture search's results for the page (default: every searches/*.json)")
+    srch = sub.add_parser("search", help="choose a mixture's weights from a swarm of scout-only experiments "
+                                         "(dvc exp run --queue)")
+    srch.add_argument("--preset", help="the mixture preset searched around (default: params.yaml's mixture.name)")
+    srch.add_argument("--phase", help="the phase whose weights are searched (default: the largest)")
+    srch.add_argument("--rung", help="the scout rung each experiment trains (default: the ladder's first)")
+    srch.add_argument("--runs", type=int, default=12, help="experiments in the swarm (default 12)")
+    srch.add_argument("--jobs", type=int, default=2, help="experiments run at a time (default 2)")
+    srch.add_argument("--concentration", type=float, default=20.0,
+                      help="of the Dirichlet around the preset's weights: larger draws closer (default 20)")
+    srch.add_argument("--seed", type=int, default=0, help="of the draws and the bootstrap (default 0)")
+    srch.add_argument("--name", help="the proposed preset's name (default: <preset>_searched)")
+    srch.add_argument("--no-verify", action="store_true", help="skip the scout run of the proposal")
+    srch.add_argument("--repo", default=".", help="the DVC repository (default: here)")
+    srch.add_argument("--json", action="store_true", help="every figure as JSON")
     args = parser.parse_args(argv)
     try:
-        code = _compare(args) if args.command == "compare" else _audit(args)
+        code = {"compare": _compare, "search": _search}.get(args.command, _audit)(args)
         sys.stdout.flush()  # a closed pipe shows up here at the latest, while it can still be handled
         return code
     except BrokenPipeError:

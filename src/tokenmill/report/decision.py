@@ -1,0 +1,151 @@
+"""The decision page: which experiment to take, and how sure that is, on one HTML page with plots.
+
+`tokenmill compare <experiments> --html <dir>` writes <dir>/index.html (and plots/*.png):
+  ranking     per metric: every experiment's value with its training noise (±2σ bars), each pair's
+              difference with its bootstrap interval over items and its σ, and the verdict (the winner, or
+              "no winner: the difference is within the noise"); the data each experiment trained on.
+  search      for every mixture search under searches (tokenmill.search): the swarm's measured loss
+              per held-out bucket against that bucket's weight, with the fitted law's response along the
+              same bucket's weight (the others scaled to make room); the proposal against the preset, its
+              predicted interval and the verifying scout's measured value.
+  forecast    the scaling forecast of this workspace's full run with its interval against the actual loss
+              (the report's own section, tokenmill.report.sections.scaling).
+A part whose input does not exist says "not run" and why, as the report's sections do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from tokenmill.report import render
+from tokenmill.report import sections as S
+
+K_SIGMA = 2.0  # as tokenmill.evaluate.compare: the bars show the band a difference must leave
+
+
+def ranking(plots: S.Plots, result: Mapping, data: Sequence[Mapping], index: int) -> S.Section:
+    m = result["metric"]
+    s = S.Section(f"ranking-{index}", f"Ranking on {m}", note=f"{'lower' if result['lower_is_better'] else 'higher'} "
+                  f"is better. Verdict: {result['verdict']}")
+    names = [r["name"] for r in result["ranking"]]
+    values = [r["value"] for r in result["ranking"]]
+    sigma = [K_SIGMA * r["sigma_training"] for r in result["ranking"]]
+    fig, ax = S.plt.subplots(figsize=(7, 0.5 + 0.45 * len(names)))
+    y = np.arange(len(names))[::-1]
+    colors = [S.OTHER if n == result["winner"] else S.KEPT for n in names]
+    ax.errorbar(values, y, xerr=sigma, fmt="none", ecolor="#999999", capsize=4)
+    ax.scatter(values, y, color=colors, zorder=3)
+    ax.set_yticks(y, names)
+    ax.set_xlabel(f"{m} (bars: ±{K_SIGMA:g}σ of the training noise)")
+    s.images.append(plots.save(fig, f"ranking_{index}"))
+    s.html.append(S.table(["rank", "experiment", "value", "training noise σ"],
+                          [(str(i + 1), r["name"], r["value"], r["sigma_training"])
+                           for i, r in enumerate(result["ranking"])], numeric_from=2))
+    s.html.append(S.table(["pair", "difference", "95% interval over items", "σ items", "σ training", "items",
+                           "difference / σ", "judged"],
+                          [(f"{p['a']} - {p['b']}", p["difference"], f"[{p['interval'][0]:+.4f}, {p['interval'][1]:+.4f}]",
+                            p["sigma_items"], f"{p['sigma_training_a']:.4f} / {p['sigma_training_b']:.4f}", p["items"],
+                            abs(p["difference"]) / p["sigma"] if p["sigma"] else None,
+                            "separated" if p["separated"] else "within the noise") for p in result["pairs"]]))
+    s.html.append(f"<p><b>{S.esc(result['verdict'])}</b></p>")
+    buckets = sorted({b for d in data for b in d["planned"]})
+    if buckets:
+        s.html.append(S.table(["experiment", "documents", "held out", *(f"{b} tokens" for b in buckets)],
+                              [(d["name"], d["unique_documents"], d["heldout_documents"],
+                                *(d["planned"].get(b, 0) for b in buckets)) for d in data]))
+    return s
+
+
+def search_section(plots: S.Plots, found: Mapping, index: int) -> S.Section:
+    """One mixture search (searches/<name>.json): the fitted response per bucket and the proposal."""
+    from tokenmill.search import Fit
+
+    s = S.Section(f"search-{index}", f"Mixture search: {found['name']}",
+                  note=f"{found['runs']} scout-only experiments ({found['rung']}, one seed each) around "
+                       f"{found['preset']}'s {found['phase']} weights on commit {found['baseline'][:10]}; the law "
+                       f"log L_b = t_b·w fitted per held-out bucket (leave-one-out error "
+                       f"{found['fit']['loo']['rmse']:.4f} against {found['fit']['loo']['naive_rmse']:.4f} for "
+                       f"the swarm's mean).")
+    buckets, responses = found["buckets"], found["responses"]
+    model = Fit(buckets=buckets, responses=responses, coef=found["fit"]["coef"])
+    proposal = np.array([found["proposal"][b] for b in buckets])
+    fig, axes = S.plt.subplots(1, len(responses), figsize=(3.2 * len(responses), 3.2), squeeze=False)
+    for ax, r in zip(axes[0], responses):
+        # The response to the same bucket's weight when it exists; otherwise to the weight that moves it most.
+        j = buckets.index(r) if r in buckets else int(np.argmax(np.abs(model.coef[r])))
+        xs = [row["weights"][buckets[j]] for row in found["swarm"]]
+        ax.scatter(xs, [row["heldout_loss"][r] for row in found["swarm"]], color=S.KEPT, s=14, label="swarm")
+        grid = np.linspace(min(xs), max(xs), 50)
+        curve = []
+        for g in grid:  # bucket j at g, the others in the proposal's proportions
+            w = proposal * (1 - g) / max(1e-12, 1 - proposal[j])
+            w[j] = g
+            curve.append(model.predict(w)[r])
+        ax.plot(grid, curve, color="#777777", lw=1, label="fit")
+        if "verified" in found:
+            ax.scatter([found["proposal"][buckets[j]]], [found["verified"]["measured_buckets"][r]], marker="D",
+                       color=S.OTHER, zorder=3, label="proposal, measured")
+        ax.set_title(f"held-out {r}", fontsize=9)
+        ax.set_xlabel(f"weight of {buckets[j]}", fontsize=8)
+        ax.set_ylabel("loss", fontsize=8)
+    axes[0][0].legend(fontsize=7)
+    s.images.append(plots.save(fig, f"search_{index}"))
+    s.html.append(S.table(["bucket", "preset", "proposal", "epoch cap", "swarm range"],
+                          [(b, found["prior"][b], found["proposal"][b], found["caps"][b],
+                            f"{min(r['weights'][b] for r in found['swarm']):.3f}–"
+                            f"{max(r['weights'][b] for r in found['swarm']):.3f}") for b in buckets]))
+    lo, hi = found["interval"]
+    verified = found.get("verified")
+    s.html.append(S.table(["", "held-out mean loss"], [
+        ("the preset, predicted", found["prior_predicted"]),
+        ("the swarm's best, measured", found["swarm_best"]),
+        ("the proposal, predicted", found["predicted"]),
+        ("its 90% interval (bootstrap over the swarm)", f"[{lo:.4f}, {hi:.4f}]"),
+        ("the proposal, measured by one more scout", verified["measured"] if verified else "not run"),
+    ]))
+    return s
+
+
+def build_decision_page(out_dir: str | Path, comparisons: Sequence[Mapping], data: Sequence[Mapping],
+                        searches: Sequence[Path] = (), project: str | Path = ".",
+                        title: str = "tokenmill: which experiment to take") -> dict:
+    """Write the page; return {sections, not_run, images} as the report does."""
+    from tokenmill.forecast import ForecastError, compare
+
+    out_dir, project = Path(out_dir), Path(project)
+    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    plots = S.Plots(tmp)
+    built = [ranking(plots, r, data, i) for i, r in enumerate(comparisons)]
+    if searches:
+        built += [search_section(plots, json.loads(Path(p).read_text()), i) for i, p in enumerate(searches)]
+    else:
+        built.append(S._not_run(S.Section("search", "Mixture search"),
+                                "no searches/*.json here: `tokenmill search` has not run"))
+    prediction = S.read_json(project / "data" / "forecast" / "prediction.json")
+    actual = S.read_json(project / "data" / "train" / "pretrain" / "summary.json")
+    comparison, incomparable = None, None
+    if prediction is not None and actual is not None:
+        try:
+            comparison = compare(prediction, actual)
+        except ForecastError as exc:
+            incomparable = str(exc)
+    built.append(S.scaling(plots, prediction, comparison, incomparable,
+                           "no data/forecast/prediction.json here: the forecast stage has not run"))
+    (tmp / "index.html").write_text(render(title, built), encoding="utf-8")
+    summary = {"sections": {s.key: s.status for s in built},
+               "not_run": {s.key: s.note for s in built if s.status != "ok"},
+               "images": sorted(f"plots/{i}" for s in built for i in s.images)}
+    (tmp / "decision.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return summary

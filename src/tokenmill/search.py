@@ -1,0 +1,422 @@
+"""`tokenmill search`: a mixture's weights chosen from a swarm of scout-only DVC experiments.
+
+    1. draw     `runs` weight vectors for one phase of a mixture preset: Dirichlet around the preset's weights
+                (α = concentration x weight), each within the full run's epoch caps (below). Seeded: the same
+                search draws the same swarm, and a larger one starts with the same draws.
+    2. run      every draw is an experiment, `dvc exp run --queue scout@<rung>` with the weights as overrides:
+                only the mixture and that one rung train (one seed each); DVC's queue runs them `jobs` at a
+                time, each in its own temporary copy. An experiment is named after the hash of everything it
+                depends on (the baseline commit, uncommitted changes to tracked files, its overrides), so one
+                DVC already holds is read, not run again, and any changed input gives new names: a swarm is
+                never reused after its inputs changed (the cache bug of olmix PR 27). DVC's run cache cannot
+                do this skipping itself: the scouts' outputs persist (they resume), which rules it out.
+    3. fit      per held-out bucket b, log L_b = t_b . w: a log-linear law in the weights (Data Mixing Laws,
+                Ye et al. 2024; Olmix fits the same form per domain), least squares over the swarm. The
+                decision metric is the mean over buckets (the scouts' heldout_mean). Its leave-one-out error
+                is reported beside the spread of the swarm itself: a fit that does not beat "every mixture
+                scores the swarm's mean" has found nothing.
+    4. propose  the weights minimising the predicted metric, each bucket's within the range the swarm
+                sampled (the law is not extrapolated) and within its epoch cap; the prediction's interval is a
+                bootstrap over the swarm's runs. Written as conf/mixture/<name>.yaml (the preset with that
+                phase's weights replaced) and searches/<name>.json (swarm, fit, caps, prediction).
+    5. verify   one more scout-only experiment with the proposed weights: measured against predicted.
+
+The epoch cap. Scouts train on a prefix of the full run's plan, so a scarce bucket repeats less in a scout
+than in the full run, and a scout-optimal mixture over-weights it at scale. Every weight is therefore held to
+what the full run's token budget allows: budget x (phase fraction x w_b + the other phases' share of b)
+<= max_epochs_b x the bucket's available tokens (data/mixture/buckets.parquet, metrics/mixture.json).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import yaml
+
+RESULTS_DIR = Path("searches")  # committed with the preset it proposes (reports/ is the report stage's output)
+
+
+class SearchError(ValueError):
+    """A search that cannot be made or finished: the message names the preset, bucket or experiment."""
+
+
+@dataclass
+class Swarm:
+    """What a search knows before it runs anything."""
+
+    preset: str
+    phase: str
+    rung: str
+    buckets: list[str]                 # the phase's searched buckets (weighted by the preset, in the corpus)
+    prior: dict[str, float]            # the preset's weights for them, normalised
+    caps: dict[str, float]             # each bucket's largest weight the full run's epoch caps allow
+    fixed: dict[str, float] = field(default_factory=dict)  # the phase's other weights (absent buckets), kept
+    draws: list[dict[str, float]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. Draws within the epoch caps
+
+
+def compose_params(repo: Path, overrides: Sequence[str]) -> dict:
+    """params.yaml as `dvc exp run -S ...` would compose it (DVC's own Hydra composition), without writing it."""
+    from tokenmill.config import compose
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "params.yaml"
+        compose(list(overrides), conf_dir=repo / "conf", output=out)
+        return yaml.safe_load(out.read_text())
+
+
+def epoch_caps(mixture: Mapping, phase: str, available: Mapping[str, int], budget: int) -> dict[str, float]:
+    """Each bucket's largest weight in `phase` that keeps the full run within its max_epochs (weights of the other
+    phases as the preset has them)."""
+    phases = mixture["phases"]
+    caps = {}
+    for b, tokens in available.items():
+        other = 0.0
+        for name, ph in phases.items():
+            total = sum(ph["weights"].values())
+            if name != phase and total > 0:
+                other += ph["fraction"] * ph["weights"].get(b, 0.0) / total
+        max_epochs = mixture["max_epochs"].get(b, mixture["max_epochs"].get("default", 4.0))
+        caps[b] = max(0.0, (max_epochs * tokens / budget - other) / phases[phase]["fraction"])
+    return caps
+
+
+def plan(repo: Path, preset: str, phase: str | None, rung: str, runs: int, concentration: float,
+         seed: int) -> Swarm:
+    """The swarm's draws for `preset`: Dirichlet around its weights of `phase` (default: the phase with the
+    largest fraction), every draw within the epoch caps."""
+    import pyarrow.parquet as pq
+
+    params = compose_params(repo, [f"mixture={preset}"])
+    mixture = params["mixture"]
+    if rung not in (params.get("scouts") or {}):
+        raise SearchError(f"search: no scout rung {rung!r} (the ladder has {', '.join(params.get('scouts') or {}) or 'none'})")
+    phases = mixture["phases"]
+    phase = phase or max(phases, key=lambda p: phases[p]["fraction"])
+    if phase not in phases:
+        raise SearchError(f"search: mixture preset {preset!r} has no phase {phase!r} (it has {', '.join(phases)})")
+    buckets_file, metrics_file = repo / "data/mixture/buckets.parquet", repo / "metrics/mixture.json"
+    if not buckets_file.exists() or not metrics_file.exists():
+        raise SearchError(f"search: no mixture built in {repo} (data/mixture, metrics/mixture.json): run "
+                          f"`dvc repro mixture` first; the epoch caps need each bucket's available tokens")
+    table = pq.read_table(buckets_file, columns=["bucket", "available_tokens"]).to_pylist()
+    available = {r["bucket"]: int(r["available_tokens"]) for r in table}
+    budget = int(json.loads(metrics_file.read_text())["token_budget"])
+    weights = phases[phase]["weights"]
+    searched = sorted(b for b, w in weights.items() if w > 0 and b in available)
+    if len(searched) < 2:
+        raise SearchError(f"search: phase {phase!r} of {preset!r} weights {len(searched)} bucket(s) the corpus has; "
+                          f"a search needs two or more")
+    caps = {b: min(1.0, c) for b, c in epoch_caps(mixture, phase, available, budget).items() if b in searched}
+    total = sum(weights[b] for b in searched)
+    prior = {b: weights[b] / total for b in searched}
+    over = [b for b in searched if prior[b] > caps[b]]
+    if over:
+        raise SearchError(f"search: the preset {preset!r} itself exceeds the epoch cap of {', '.join(over)} "
+                          f"(weight {prior[over[0]]:.3f} > {caps[over[0]]:.3f} at a budget of {budget:,} tokens)")
+    swarm = Swarm(preset=preset, phase=phase, rung=rung, buckets=searched, prior=prior, caps=caps,
+                  fixed={b: float(w) for b, w in weights.items() if b not in searched})
+    rng = np.random.default_rng(seed)
+    alpha = np.array([concentration * prior[b] for b in searched])
+    cap = np.array([caps[b] for b in searched])
+    tries = 0
+    while len(swarm.draws) < runs:
+        tries += 1
+        if tries > 1000 * runs:
+            raise SearchError(f"search: fewer than {runs} draws within the epoch caps in {tries - 1} tries; "
+                              f"raise the concentration or max_epochs")
+        w = rng.dirichlet(alpha)
+        w = np.round(w, 4)
+        w[-1] = round(1.0 - w[:-1].sum(), 4)
+        if w.min() < 0 or (w > cap).any():
+            continue  # outside the caps: the full run could not plan it
+        swarm.draws.append({b: float(x) for b, x in zip(searched, w)})
+    return swarm
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. Experiments through DVC's queue
+
+
+def overrides_of(swarm: Swarm, weights: Mapping[str, float], name: str) -> list[str]:
+    """The `-S` overrides of one swarm member: the preset, its phase's weights, the rung trained once."""
+    inner = ",".join(f"{b}:{weights.get(b, swarm.fixed.get(b, 0.0)):g}" for b in [*swarm.buckets, *swarm.fixed])
+    return [f"mixture={swarm.preset}", f"mixture.name={name}",
+            f"mixture.phases.{swarm.phase}.weights={{{inner}}}", f"scouts.{swarm.rung}.seeds=1"]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def baseline_key(repo: Path) -> str:
+    """The commit and the uncommitted changes to tracked files a queued experiment starts from."""
+    return _git(repo, "rev-parse", "HEAD").strip() + "\n" + _git(repo, "diff", "HEAD")
+
+
+def experiment_name(baseline: str, rung: str, overrides: Sequence[str]) -> str:
+    digest = hashlib.sha256("\n".join([baseline, rung, *overrides]).encode()).hexdigest()
+    return f"swarm-{digest[:12]}"
+
+
+def _dvc(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["dvc", *args], cwd=repo, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
+        raise SearchError(f"search: `dvc {' '.join(args[:3])} ...` failed: {last[0]}")
+    return proc
+
+
+def held(repo: Path) -> dict[str, dict]:
+    """{name: {rev, state}} of the experiments DVC holds on the current commit (`dvc exp show`)."""
+    import dvc.api
+
+    out = {}
+    for row in dvc.api.exp_show(repo=str(repo)):
+        name = row.get("Experiment")
+        if name and row.get("rev"):
+            out[name] = {"rev": row["rev"], "state": row.get("State")}
+    return out
+
+
+def run_experiments(repo: Path, members: Sequence[tuple[str, list[str]]], rung: str, jobs: int,
+                    log=print) -> dict[str, str]:
+    """Queue the members DVC does not already hold, run the queue `jobs` at a time, and return {name: rev}."""
+    have = held(repo)
+    queued = []
+    for name, overrides in members:
+        if name in have and have[name]["state"] not in ("Failed",):
+            continue
+        if name in have:  # a failed run of the same inputs: its name is taken until removed
+            _dvc(repo, "queue", "remove", name)
+        args = ["exp", "run", "--queue", "-n", name]
+        for o in overrides:
+            args += ["-S", o]
+        _dvc(repo, *args, f"scout@{rung}")
+        queued.append(name)
+    log(f"search: {len(members) - len(queued)} of {len(members)} experiments already held by DVC; "
+        f"running {len(queued)} with {jobs} worker(s)")
+    if queued:
+        start = time.monotonic()
+        # --run-all starts `jobs` workers on the queue and returns when it is empty.
+        subprocess.run(["dvc", "exp", "run", "--run-all", "-j", str(jobs)], cwd=repo, capture_output=True, text=True)
+        log(f"search: ran {len(queued)} experiments in {time.monotonic() - start:.0f} s")
+    have = held(repo)
+    failed = [n for n, _ in members if n not in have or have[n]["state"] == "Failed"]
+    if failed:
+        reason = ""
+        logs = subprocess.run(["dvc", "queue", "logs", failed[0]], cwd=repo, capture_output=True, text=True)
+        lines = [ln for ln in (logs.stdout + logs.stderr).splitlines() if ln.strip()]
+        if lines:
+            reason = f"; {failed[0]}'s last line: {lines[-1][:300]}"
+        raise SearchError(f"search: {len(failed)} experiment(s) did not finish ({', '.join(failed[:4])}"
+                          f"{' ...' if len(failed) > 4 else ''}){reason}")
+    return {n: have[n]["rev"] for n, _ in members}
+
+
+def scout_result(repo: Path, rev: str, rung: str, name: str) -> dict:
+    """The rung's metrics at an experiment's revision (metrics/train/scout/<rung>.json, through DVC)."""
+    from tokenmill.evaluate.compare import CompareError, _read_json
+
+    try:
+        data = _read_json(f"metrics/train/scout/{rung}.json", str(repo), rev, name)
+    except CompareError as exc:
+        raise SearchError(f"search: {exc}") from None
+    return data.get("scout", data)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3-4. The log-linear fit and the proposal
+
+
+@dataclass
+class Fit:
+    """log L_b = coef[b] . w for each response b (a held-out bucket), and the mean over them."""
+
+    buckets: list[str]                  # the weights' order
+    responses: list[str]                # the held-out buckets fitted
+    coef: dict[str, list[float]]
+
+    def predict(self, w: np.ndarray) -> dict[str, float]:
+        w = np.asarray(w, dtype=float)
+        return {r: float(np.exp(np.asarray(self.coef[r]) @ w)) for r in self.responses}
+
+    def metric(self, w: np.ndarray) -> float:
+        values = self.predict(w)
+        return float(np.mean([values[r] for r in self.responses]))
+
+
+def fit(W: np.ndarray, losses: Mapping[str, np.ndarray], buckets: Sequence[str]) -> Fit:
+    """Least squares of log loss on the weights, per response (no intercept: the weights sum to one, so the
+    intercept is already a combination of them)."""
+    coef = {}
+    for r, y in losses.items():
+        coef[r] = np.linalg.lstsq(W, np.log(y), rcond=None)[0].tolist()
+    return Fit(buckets=list(buckets), responses=sorted(losses), coef=coef)
+
+
+def metric_of(losses: Mapping[str, np.ndarray]) -> np.ndarray:
+    return np.mean([losses[r] for r in sorted(losses)], axis=0)
+
+
+def leave_one_out(W: np.ndarray, losses: Mapping[str, np.ndarray], buckets: Sequence[str]) -> dict:
+    """The fit's error predicting each run from the others, against predicting every run by the others' mean."""
+    y = metric_of(losses)
+    fitted, naive = [], []
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        f = fit(W[keep], {r: v[keep] for r, v in losses.items()}, buckets)
+        fitted.append(f.metric(W[i]) - y[i])
+        naive.append(float(y[keep].mean()) - y[i])
+    rmse = lambda e: float(np.sqrt(np.mean(np.square(e))))  # noqa: E731
+    return {"rmse": rmse(fitted), "naive_rmse": rmse(naive), "beats_naive": rmse(fitted) < rmse(naive)}
+
+
+def propose(f: Fit, W: np.ndarray, caps: Mapping[str, float]) -> np.ndarray:
+    """The weights minimising the fitted metric on the simplex, each within the swarm's sampled range and its cap
+    (SLSQP from every swarm point; the objective, a sum of exponentials of linear functions, is convex)."""
+    from scipy.optimize import minimize
+
+    lo = W.min(axis=0)
+    hi = np.minimum(W.max(axis=0), [caps[b] for b in f.buckets])
+    bounds = list(zip(lo, np.maximum(lo, hi)))
+    constraint = {"type": "eq", "fun": lambda w: w.sum() - 1.0}
+    best = None
+    for start in W:
+        res = minimize(f.metric, np.clip(start, lo, hi), method="SLSQP", bounds=bounds, constraints=[constraint])
+        if res.success and abs(res.x.sum() - 1) < 1e-6 and (best is None or res.fun < best.fun):
+            best = res
+    if best is None:
+        raise SearchError("search: the proposal's optimisation found no point within the caps and the swarm's range")
+    w = np.clip(np.round(best.x, 4), 0, None)
+    w[int(np.argmax(w))] += round(1.0 - w.sum(), 4)  # rounded, still summing to one
+    return w
+
+
+def bootstrap_interval(W: np.ndarray, losses: Mapping[str, np.ndarray], buckets: Sequence[str], at: np.ndarray,
+                       draws: int = 1000, level: float = 0.9, seed: int = 0) -> list[float]:
+    """The fitted metric at `at` over fits to the swarm's runs resampled with replacement."""
+    rng = np.random.default_rng(seed)
+    values = []
+    n = len(W)
+    for _ in range(draws):
+        i = rng.integers(0, n, size=n)
+        values.append(fit(W[i], {r: v[i] for r, v in losses.items()}, buckets).metric(at))
+    tail = (1 - level) / 2 * 100
+    return [float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The search, end to end
+
+
+def write_preset(repo: Path, swarm: Swarm, name: str, weights: Mapping[str, float], header: Sequence[str]) -> Path:
+    """conf/mixture/<name>.yaml: the preset's file with the searched phase's weights replaced."""
+    source = yaml.safe_load((repo / "conf" / "mixture" / f"{swarm.preset}.yaml").read_text())
+    source["name"] = name
+    source["phases"][swarm.phase]["weights"] = {**{b: float(weights[b]) for b in swarm.buckets}, **swarm.fixed}
+    path = repo / "conf" / "mixture" / f"{name}.yaml"
+    body = yaml.safe_dump(source, sort_keys=False, default_flow_style=None)
+    path.write_text("# @package mixture\n" + "".join(f"# {line}\n" for line in header) + body)
+    return path
+
+
+def search(repo: str | Path = ".", preset: str | None = None, phase: str | None = None, rung: str | None = None,
+           runs: int = 12, jobs: int = 2, concentration: float = 20.0, seed: int = 0, name: str | None = None,
+           verify: bool = True, log=print) -> dict:
+    repo = Path(repo).resolve()
+    base = compose_params(repo, [])
+    preset = preset or base["mixture"]["name"]
+    if not (repo / "conf" / "mixture" / f"{preset}.yaml").exists():
+        raise SearchError(f"search: no mixture preset conf/mixture/{preset}.yaml")
+    rung = rung or next(iter(base.get("scouts") or {}), None)
+    if rung is None:
+        raise SearchError("search: the configuration has no scout ladder (scouts section)")
+    swarm = plan(repo, preset, phase, rung, runs, concentration, seed)
+    if runs <= len(swarm.buckets):
+        raise SearchError(f"search: {runs} runs cannot fit {len(swarm.buckets)} weights per bucket; "
+                          f"use more runs than buckets ({len(swarm.buckets) + 1} or more, 2-3x that is better)")
+    name = name or f"{preset}_searched"
+    hydra = subprocess.run(["dvc", "config", "hydra.enabled"], cwd=repo, capture_output=True, text=True)
+    if hydra.stdout.strip().lower() != "true":
+        raise SearchError("search: DVC's Hydra composition is off here (`dvc config hydra.enabled true`, as this "
+                          "project ships it): the swarm's overrides select a preset from conf/")
+    baseline = baseline_key(repo)
+    members = []
+    for w in swarm.draws:
+        overrides = overrides_of(swarm, w, "swarm")
+        members.append((experiment_name(baseline, rung, overrides), overrides))
+    revs = run_experiments(repo, members, rung, jobs, log)
+
+    rows = []
+    for (exp, overrides), w in zip(members, swarm.draws):
+        result = scout_result(repo, revs[exp], rung, exp)
+        rows.append({"experiment": exp, "rev": revs[exp], "weights": w,
+                     "heldout_loss": result["heldout_loss"], "heldout_mean": result.get("heldout_mean")})
+    responses = sorted(set.intersection(*(set(r["heldout_loss"]) for r in rows)))
+    W = np.array([[r["weights"][b] for b in swarm.buckets] for r in rows])
+    losses = {b: np.array([r["heldout_loss"][b] for r in rows], dtype=float) for b in responses}
+    model = fit(W, losses, swarm.buckets)
+    proposal = propose(model, W, swarm.caps)
+    prior_w = np.array([swarm.prior[b] for b in swarm.buckets])
+    out = {
+        "preset": preset, "name": name, "phase": swarm.phase, "rung": rung, "runs": runs, "seed": seed,
+        "concentration": concentration, "baseline": baseline.split("\n", 1)[0],
+        "uncommitted_changes": bool(baseline.split("\n", 1)[1].strip()),
+        "metric": "heldout_mean", "buckets": swarm.buckets, "responses": responses, "caps": swarm.caps,
+        "prior": swarm.prior, "swarm": rows, "fit": {"coef": model.coef, "loo": leave_one_out(W, losses, swarm.buckets)},
+        "proposal": {b: float(x) for b, x in zip(swarm.buckets, proposal)},
+        "predicted": model.metric(proposal), "predicted_buckets": model.predict(proposal),
+        "interval": bootstrap_interval(W, losses, swarm.buckets, proposal, seed=seed),
+        "prior_predicted": model.metric(prior_w),
+        "swarm_best": min(float(np.mean([r["heldout_loss"][b] for b in responses])) for r in rows),
+    }
+    if verify:
+        overrides = overrides_of(swarm, out["proposal"], name)
+        exp = experiment_name(baseline, rung, overrides)
+        rev = run_experiments(repo, [(exp, overrides)], rung, jobs, log)[exp]
+        result = scout_result(repo, rev, rung, exp)
+        out["verified"] = {"experiment": exp, "rev": rev, "measured": float(np.mean([result["heldout_loss"][b] for b in responses])),
+                           "measured_buckets": {b: result["heldout_loss"][b] for b in responses}}
+    lo, hi = out["interval"]
+    header = [f"Proposed by `tokenmill search` from {runs} scout-only experiments ({rung}, one seed each) around "
+              f"{preset}'s {swarm.phase} weights,",
+              f"on commit {out['baseline'][:10]}{' with uncommitted changes' if out['uncommitted_changes'] else ''}: "
+              f"predicted held-out mean loss at {rung} {out['predicted']:.4f} (90% interval [{lo:.4f}, {hi:.4f}]),",
+              f"the preset's own predicted {out['prior_predicted']:.4f}; the swarm's best measured {out['swarm_best']:.4f}."]
+    if verify:
+        header.append(f"Verified by experiment {out['verified']['experiment']}: measured {out['verified']['measured']:.4f}.")
+    header.append(f"Every figure: {RESULTS_DIR}/{name}.json. Weights are held within each bucket's epoch cap.")
+    out["preset_file"] = str(write_preset(repo, swarm, name, out["proposal"], header).relative_to(repo))
+    (repo / RESULTS_DIR).mkdir(parents=True, exist_ok=True)
+    (repo / RESULTS_DIR / f"{name}.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def render(out: Mapping) -> str:
+    lines = [f"search: {out['runs']} scouts ({out['rung']}) around {out['preset']}'s {out['phase']} weights",
+             f"  fit: leave-one-out error {out['fit']['loo']['rmse']:.4f} against {out['fit']['loo']['naive_rmse']:.4f} "
+             f"for the swarm's mean ({'beats' if out['fit']['loo']['beats_naive'] else 'does not beat'} it)",
+             "  bucket      prior   proposal  cap"]
+    for b in out["buckets"]:
+        lines.append(f"  {b:<10}  {out['prior'][b]:.3f}   {out['proposal'][b]:.3f}     {out['caps'][b]:.3f}")
+    lo, hi = out["interval"]
+    lines.append(f"  predicted held-out mean loss {out['predicted']:.4f} [{lo:.4f}, {hi:.4f}]; the preset's "
+                 f"{out['prior_predicted']:.4f}; the swarm's best measured {out['swarm_best']:.4f}")
+    if "verified" in out:
+        v = out["verified"]["measured"]
+        inside = lo <= v <= hi
+        lines.append(f"  verified: measured {v:.4f} ({'inside' if inside else 'outside'} the interval)")
+    lines.append(f"  written: {out['preset_file']} ({RESULTS_DIR}/{out['name']}.json)")
+    return "\n".join(lines)

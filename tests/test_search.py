@@ -1,0 +1,167 @@
+"""`tokenmill search`: the draws stay within the full run's epoch caps, the log-linear fit finds a planted law's
+optimum better than any mixture the swarm sampled, and, through the real DVC queue on the tiny run, a swarm of
+scout-only experiments proposes a preset that one more scout verifies; a rerun with unchanged inputs runs
+nothing, a larger swarm runs only the new draws and refits."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import tiny_run
+from tokenmill import search as S
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_epoch_caps_count_the_other_phases_share():
+    # budget 1,000 tokens; bucket a has 100 available and max_epochs 4: at most 400 tokens over the run. The
+    # anneal phase (10%) gives it half its weight: 50 tokens; the bulk phase (90%) may take 350: w <= 0.3889.
+    mixture = {"max_epochs": {"default": 4, "b": 1},
+               "phases": {"bulk": {"fraction": 0.9, "weights": {"a": 1, "b": 1}},
+                          "anneal": {"fraction": 0.1, "weights": {"a": 1, "b": 1}}}}
+    caps = S.epoch_caps(mixture, "bulk", {"a": 100, "b": 10_000}, 1000)
+    assert caps["a"] == pytest.approx((400 / 1000 - 0.05) / 0.9)
+    assert caps["b"] == pytest.approx((10_000 / 1000 - 0.05) / 0.9)  # plenty: capped at 1 by the caller
+
+
+def _project(tmp_path: Path, available: dict[str, int], budget: int) -> Path:
+    """conf/ of this checkout, and the built mixture's two files a search reads."""
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    (tmp_path / "data" / "mixture").mkdir(parents=True)
+    (tmp_path / "metrics").mkdir()
+    pq.write_table(pa.table({"bucket": list(available), "available_tokens": list(available.values())}),
+                   tmp_path / "data" / "mixture" / "buckets.parquet")
+    (tmp_path / "metrics" / "mixture.json").write_text(json.dumps({"token_budget": budget}))
+    return tmp_path
+
+
+def test_draws_are_seeded_within_the_caps_and_a_larger_swarm_extends_a_smaller(tmp_path):
+    # The demo's buckets, with legal scarce: at a budget of 1M tokens its cap in the bulk phase is 0.25.
+    available = {"web/high": 409_000, "web/low": 516_000, "code": 8_400_000, "reference": 358_000, "legal": 56_250}
+    repo = _project(tmp_path, available, 1_000_000)
+    swarm = S.plan(repo, "default", None, "s1", 12, concentration=20, seed=0)
+    assert swarm.phase == "bulk" and swarm.buckets == sorted(available)
+    assert swarm.caps["legal"] == pytest.approx(4 * 56_250 / 1_000_000 / 0.9)
+    for w in swarm.draws:
+        assert sum(w.values()) == pytest.approx(1, abs=1e-9)
+        assert all(w[b] <= swarm.caps[b] + 1e-12 for b in w)
+    assert S.plan(repo, "default", None, "s1", 12, 20, 0).draws == swarm.draws
+    assert S.plan(repo, "default", None, "s1", 16, 20, 0).draws[:12] == swarm.draws
+    assert S.plan(repo, "default", None, "s1", 12, 20, 1).draws != swarm.draws
+    # The draws centre on the preset (Dirichlet mean = its weights).
+    mean = {b: np.mean([w[b] for w in S.plan(repo, "default", None, "s1", 400, 20, 0).draws]) for b in available}
+    assert all(abs(mean[b] - swarm.prior[b]) < 0.02 for b in available if swarm.prior[b] < 0.2)
+
+
+def test_a_preset_beyond_its_own_cap_and_unknown_names_are_one_line_errors(tmp_path):
+    repo = _project(tmp_path, {"web/high": 1000, "web/low": 10**6, "code": 10**6, "reference": 10**6,
+                               "legal": 10**6}, 1_000_000)
+    with pytest.raises(S.SearchError, match="exceeds the epoch cap of web/high"):
+        S.plan(repo, "default", None, "s1", 12, 20, 0)
+    with pytest.raises(S.SearchError, match="no scout rung 's9'"):
+        S.plan(repo, "default", None, "s9", 12, 20, 0)
+    with pytest.raises(S.SearchError, match="has no phase 'warmup'"):
+        S.plan(repo, "default", "warmup", "s1", 12, 20, 0)
+
+
+def _planted(buckets, runs, noise, seed=0):
+    """A swarm of mixtures scored by a known law: log L_b = t_b . w, every bucket's loss falling with its own
+    weight and rising a little with the others'."""
+    rng = np.random.default_rng(seed)
+    k = len(buckets)
+    T = np.full((k, k), 0.25) + np.diag([-1.2, -0.6, -0.9, -0.3])[:k, :k] + np.log(3.0)
+    W = rng.dirichlet(np.full(k, 12.0) * np.array([0.4, 0.3, 0.2, 0.1])[:k], size=runs)
+    truth = lambda w: float(np.mean(np.exp(T @ w)))  # noqa: E731
+    losses = {b: np.exp(W @ T[i]) * (1 + noise * rng.standard_normal(runs)) for i, b in enumerate(buckets)}
+    return W, losses, truth
+
+
+def test_the_fit_finds_a_mixture_better_than_every_one_it_sampled():
+    buckets = ["code", "reference", "web/high", "web/low"]
+    W, losses, truth = _planted(buckets, runs=16, noise=0.003)
+    model = S.fit(W, losses, buckets)
+    w = S.propose(model, W, {b: 1.0 for b in buckets})
+    assert w.sum() == pytest.approx(1) and (w >= W.min(0) - 1e-4).all() and (w <= W.max(0) + 1e-4).all()  # 4 decimals
+    # Taking the best sampled mixture (the naive choice) is beaten by the law's optimum, measured by the truth.
+    assert truth(w) < min(truth(x) for x in W)
+    lo, hi = S.bootstrap_interval(W, losses, buckets, w)
+    assert lo <= truth(w) <= hi and lo < hi
+    loo = S.leave_one_out(W, losses, buckets)
+    assert loo["beats_naive"] and loo["rmse"] < 0.5 * loo["naive_rmse"]
+
+
+def test_the_proposal_respects_the_epoch_cap_whatever_the_law_prefers():
+    buckets = ["code", "reference", "web/high", "web/low"]
+    W, losses, _ = _planted(buckets, runs=16, noise=0.0)
+    model = S.fit(W, losses, buckets)
+    free = S.propose(model, W, {b: 1.0 for b in buckets})
+    capped = S.propose(model, W, {"code": float(free[0]) - 0.05, "reference": 1.0, "web/high": 1.0, "web/low": 1.0})
+    assert capped[0] <= free[0] - 0.05 + 1e-4 and capped.sum() == pytest.approx(1)
+
+
+def test_a_noise_only_swarm_does_not_beat_the_swarm_mean():
+    # Losses that do not depend on the weights: the leave-one-out check must say the fit found nothing.
+    buckets = ["code", "reference", "web/high", "web/low"]
+    rng = np.random.default_rng(3)
+    W = rng.dirichlet(np.full(4, 5.0), size=12)
+    losses = {b: 6.0 + 0.05 * rng.standard_normal(12) for b in buckets}
+    assert not S.leave_one_out(W, losses, buckets)["beats_naive"]
+
+
+def test_an_experiment_name_changes_with_any_input():
+    base = S.experiment_name("abc\n", "s1", ["mixture=default", "w={a:0.5,b:0.5}"])
+    assert base == S.experiment_name("abc\n", "s1", ["mixture=default", "w={a:0.5,b:0.5}"])
+    assert base != S.experiment_name("abd\n", "s1", ["mixture=default", "w={a:0.5,b:0.5}"])  # another commit
+    assert base != S.experiment_name("abc\n+x\n", "s1", ["mixture=default", "w={a:0.5,b:0.5}"])  # an edit
+    assert base != S.experiment_name("abc\n", "s2", ["mixture=default", "w={a:0.5,b:0.5}"])
+    assert base != S.experiment_name("abc\n", "s1", ["mixture=default", "w={a:0.6,b:0.4}"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Through DVC's queue on the tiny run
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_run.build(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.mark.slow  # a swarm of scout-only experiments through `dvc exp run --queue` on the tiny run
+def test_a_swarm_through_the_dvc_queue_proposes_and_verifies_a_preset(tiny):
+    args = ["tokenmill", "search", "--rung", "s1", "--runs", "6", "--jobs", "2", "--json"]
+    first = tiny_run.run(args, tiny)
+    out = json.loads(first.stdout)
+    assert "0 of 6 experiments already held" in first.stderr
+    # Every swarm member and the verifying run are DVC experiments of this commit, each with its scout's metrics.
+    shown = tiny_run.run(["dvc", "exp", "show", "--json"], tiny).stdout
+    for row in out["swarm"]:
+        assert row["experiment"] in shown and set(row["heldout_loss"]) == set(out["responses"])
+    assert out["verified"]["experiment"] in shown
+    preset = yaml.safe_load((tiny / "conf" / "mixture" / "default_searched.yaml").read_text())
+    weights = preset["phases"][out["phase"]]["weights"]
+    assert {b: weights[b] for b in out["buckets"]} == out["proposal"]
+    assert sum(out["proposal"].values()) == pytest.approx(1, abs=1e-6)
+    assert all(out["proposal"][b] <= out["caps"][b] + 1e-9 for b in out["buckets"])
+    text = (tiny / "conf" / "mixture" / "default_searched.yaml").read_text()
+    assert f"measured {out['verified']['measured']:.4f}" in text and "predicted held-out mean loss" in text
+    # The preset composes and validates like any other.
+    from tokenmill.params import problems
+    params = S.compose_params(tiny, ["mixture=default_searched"])
+    assert params["mixture"]["name"] == "default_searched" and not problems(params)
+
+    # Unchanged inputs: nothing is queued, the same proposal is written.
+    again = tiny_run.run(args, tiny)
+    assert "6 of 6 experiments already held by DVC; running 0" in again.stderr
+    assert "1 of 1 experiments already held by DVC; running 0" in again.stderr
+    assert json.loads(again.stdout) == out
+    # A larger swarm: only the new draw runs, and the fit is made again over seven runs.
+    larger = tiny_run.run([*args[:5], "7", *args[6:]], tiny)
+    assert "6 of 7 experiments already held by DVC; running 1" in larger.stderr
+    grown = json.loads(larger.stdout)
+    assert len(grown["swarm"]) == 7 and grown["swarm"][:6] == out["swarm"] and grown["fit"] != out["fit"]
