@@ -337,6 +337,12 @@ def test_mixture_experiments(demo):
     values = {r["name"]: r["value"] for r in cmp["ranking"]}
     assert values["code-heavy"] == pytest.approx(evaluated["code_heavy"]["arc_easy"]["bpb"], abs=1e-5)
     assert cmp["verdict"] and len(cmp["pairs"]) == 1 and cmp["pairs"][0]["items"] == 24
+    # A real difference: code-heavy trains on far more code, and wins on the code documents held out beyond the
+    # items' and the seeds' noise (the first rung's two seeds); the decision page shows it.
+    code = json.loads(_run(["tokenmill", "compare", "code-heavy", baseline, "--metric", "heldout_bpb.code",
+                            "--json", "--html", str(repo / "decision")], repo).stdout)["comparisons"][0]
+    assert code["winner"] == "code-heavy", code
+    assert "code-heavy wins on heldout_bpb.code" in (repo / "decision" / "index.html").read_text()
 
     # The documented comparison (README): what changed, by name, in one screen.
     table = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", *COMPARE_FLAGS], repo,

@@ -105,6 +105,16 @@ def test_the_proposal_respects_the_epoch_cap_whatever_the_law_prefers():
     assert capped[0] <= free[0] - 0.05 + 1e-4 and capped.sum() == pytest.approx(1)
 
 
+def test_a_bucket_the_metric_cannot_see_keeps_the_presets_weight():
+    buckets = ["code", "reference", "web/high", "web/low"]
+    W, losses, _ = _planted(buckets, runs=16, noise=0.0)
+    del losses["web/low"]  # no held-out documents of web/low: nothing says what its weight is worth
+    model = S.fit(W, losses, buckets)
+    assert S.propose(model, W, {b: 1.0 for b in buckets})[3] == pytest.approx(W[:, 3].min(), abs=1e-4)
+    kept = S.propose(model, W, {b: 1.0 for b in buckets}, keep={"web/low": 0.1})
+    assert kept[3] == pytest.approx(0.1, abs=1e-4) and kept.sum() == pytest.approx(1)
+
+
 def test_a_noise_only_swarm_does_not_beat_the_swarm_mean():
     # Losses that do not depend on the weights: the leave-one-out check must say the fit found nothing.
     buckets = ["code", "reference", "web/high", "web/low"]
@@ -114,13 +124,29 @@ def test_a_noise_only_swarm_does_not_beat_the_swarm_mean():
     assert not S.leave_one_out(W, losses, buckets)["beats_naive"]
 
 
-def test_an_experiment_name_changes_with_any_input():
-    base = S.experiment_name("abc\n", "s1", ["mixture=default", "w={a:0.5,b:0.5}"])
-    assert base == S.experiment_name("abc\n", "s1", ["mixture=default", "w={a:0.5,b:0.5}"])
-    assert base != S.experiment_name("abd\n", "s1", ["mixture=default", "w={a:0.5,b:0.5}"])  # another commit
-    assert base != S.experiment_name("abc\n+x\n", "s1", ["mixture=default", "w={a:0.5,b:0.5}"])  # an edit
-    assert base != S.experiment_name("abc\n", "s2", ["mixture=default", "w={a:0.5,b:0.5}"])
-    assert base != S.experiment_name("abc\n", "s1", ["mixture=default", "w={a:0.6,b:0.4}"])
+def test_an_experiment_name_changes_with_what_its_stages_read_and_nothing_else(tmp_path):
+    # The stages up to scout@s1 as DVC sees them: a file they read changes the name, a file they do not leaves it.
+    repo = tmp_path / "repo"
+    tiny_run.copy_project(repo)
+    tiny_run.run(["git", "init", "-q"], repo)
+    tiny_run.run(["dvc", "init", "-q"], repo)
+    from tokenmill.config import compose
+    compose([], conf_dir=repo / "conf", output=repo / "params.yaml")  # dvc.yaml's foreach reads it
+    params = S.compose_params(repo, [])
+    pipeline, keys = S.pipeline_inputs(repo, "s1")
+    assert {"scouts.s1", "train", "mixture", "model", "sample"} <= set(keys)
+    name = S.experiment_name(pipeline, {k: S._at(params, k) for k in keys})
+    again = S.pipeline_inputs(repo, "s1")[0]
+    assert S.experiment_name(again, {k: S._at(params, k) for k in keys}) == name
+    (repo / "README.md").write_text("documentation only")  # read by no stage
+    (repo / "conf" / "mixture" / "another.yaml").write_text("name: another\n")  # a preset no stage reads
+    assert S.pipeline_inputs(repo, "s1")[0] == pipeline
+    with open(repo / "src" / "tokenmill" / "train" / "loop.py", "a") as f:
+        f.write("\n# an edit to the training code\n")
+    assert S.pipeline_inputs(repo, "s1")[0] != pipeline
+    moved = {k: S._at(params, k) for k in keys}
+    moved["train"] = {**moved["train"], "seed": 7}
+    assert S.experiment_name(pipeline, moved) != name
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -132,12 +158,20 @@ def tiny(tmp_path_factory):
     return tiny_run.build(tmp_path_factory.mktemp("tiny"))
 
 
+@pytest.fixture(scope="module")
+def swarm(tiny):
+    """The first search of the tiny run: six scout-only experiments of rung s1 and the verifying one."""
+    first = tiny_run.run(SEARCH, tiny)
+    return json.loads(first.stdout), first.stderr
+
+
+SEARCH = ["tokenmill", "search", "--rung", "s1", "--runs", "6", "--jobs", "2", "--json"]
+
+
 @pytest.mark.slow  # a swarm of scout-only experiments through `dvc exp run --queue` on the tiny run
-def test_a_swarm_through_the_dvc_queue_proposes_and_verifies_a_preset(tiny):
-    args = ["tokenmill", "search", "--rung", "s1", "--runs", "6", "--jobs", "2", "--json"]
-    first = tiny_run.run(args, tiny)
-    out = json.loads(first.stdout)
-    assert "0 of 6 experiments already held" in first.stderr
+def test_a_swarm_through_the_dvc_queue_proposes_and_verifies_a_preset(tiny, swarm):
+    out, log = swarm
+    assert "0 of 6 experiments already held" in log
     # Every swarm member and the verifying run are DVC experiments of this commit, each with its scout's metrics.
     shown = tiny_run.run(["dvc", "exp", "show", "--json"], tiny).stdout
     for row in out["swarm"]:
@@ -155,13 +189,45 @@ def test_a_swarm_through_the_dvc_queue_proposes_and_verifies_a_preset(tiny):
     params = S.compose_params(tiny, ["mixture=default_searched"])
     assert params["mixture"]["name"] == "default_searched" and not problems(params)
 
-    # Unchanged inputs: nothing is queued, the same proposal is written.
-    again = tiny_run.run(args, tiny)
+
+@pytest.mark.slow  # reruns the tiny run's search twice
+def test_a_rerun_runs_nothing_and_a_larger_swarm_runs_only_its_new_draw(tiny, swarm):
+    out, _ = swarm
+    again = tiny_run.run(SEARCH, tiny)
     assert "6 of 6 experiments already held by DVC; running 0" in again.stderr
     assert "1 of 1 experiments already held by DVC; running 0" in again.stderr
     assert json.loads(again.stdout) == out
-    # A larger swarm: only the new draw runs, and the fit is made again over seven runs.
-    larger = tiny_run.run([*args[:5], "7", *args[6:]], tiny)
+    larger = tiny_run.run([*SEARCH[:5], "7", *SEARCH[6:]], tiny)
     assert "6 of 7 experiments already held by DVC; running 1" in larger.stderr
     grown = json.loads(larger.stdout)
     assert len(grown["swarm"]) == 7 and grown["swarm"][:6] == out["swarm"] and grown["fit"] != out["fit"]
+    tiny_run.run(SEARCH, tiny)  # the six-run search's files again, for the page below
+
+
+@pytest.mark.slow  # the tiny run's search and forecast on the decision page, in headless chromium
+def test_the_decision_page_opens_in_a_browser(tiny, swarm, tmp_path):
+    from test_compare import _exp
+    from test_report import Chromium, _chromium
+
+    from tokenmill.evaluate import compare as C
+    from tokenmill.report.decision import build_decision_page
+
+    out, _ = swarm
+    a, b = _exp("baseline", seed=1), _exp("better", bpb_shift=-0.15, seed=2)
+    twin = _exp("baseline-seed2", seed=3)
+    results = [C.compare([a, b], "arc_easy.bpb"), C.compare([a, twin], "arc_easy.bpb")]
+    summary = build_decision_page(tmp_path / "page", results, C.data_differences([a, b, twin]),
+                                  [tiny / "searches" / "default_searched.json"], project=tiny)
+    assert summary["sections"] == {"ranking-0": "ok", "ranking-1": "ok", "search-0": "ok", "scaling": "ok"}
+    browser = Chromium(_chromium(), tmp_path / "profile")
+    try:
+        page = browser.open((tmp_path / "page" / "index.html").resolve().as_uri())
+        images = browser.evaluate("Array.from(document.images, i => ({src: i.getAttribute('src'), "
+                                  "complete: i.complete, width: i.naturalWidth}))", page)
+        text = browser.evaluate("document.body.innerText", page)
+    finally:
+        browser.close()
+    assert sorted(i["src"] for i in images) == summary["images"] and len(images) == 4
+    assert all(i["complete"] and i["width"] > 0 for i in images), images
+    assert "better wins on arc_easy.bpb" in text and "no winner: the difference is within the noise" in text
+    assert f"{out['verified']['measured']:.4g}" in text and "Forecast against the naive predictor" in text

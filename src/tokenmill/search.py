@@ -6,8 +6,9 @@
     2. run      every draw is an experiment, `dvc exp run --queue scout@<rung>` with the weights as overrides:
                 only the mixture and that one rung train (one seed each); DVC's queue runs them `jobs` at a
                 time, each in its own temporary copy. An experiment is named after the hash of everything it
-                depends on (the baseline commit, uncommitted changes to tracked files, its overrides), so one
-                DVC already holds is read, not run again, and any changed input gives new names: a swarm is
+                depends on (the stages up to the rung, the content of every file they read, the parameter
+                values they declare, as its overrides compose them), so one DVC already holds is read, not run
+                again, and any changed input gives new names: a swarm is
                 never reused after its inputs changed (the cache bug of olmix PR 27). DVC's run cache cannot
                 do this skipping itself: the scouts' outputs persist (they resume), which rules it out.
     3. fit      per held-out bucket b, log L_b = t_b . w: a log-linear law in the weights (Data Mixing Laws,
@@ -16,7 +17,8 @@
                 is reported beside the spread of the swarm itself: a fit that does not beat "every mixture
                 scores the swarm's mean" has found nothing.
     4. propose  the weights minimising the predicted metric, each bucket's within the range the swarm
-                sampled (the law is not extrapolated) and within its epoch cap; the prediction's interval is a
+                sampled (the law is not extrapolated) and within its epoch cap, a bucket without held-out
+                documents at the preset's weight (the metric cannot see it); the prediction's interval is a
                 bootstrap over the swarm's runs. Written as conf/mixture/<name>.yaml (the preset with that
                 phase's weights replaced) and searches/<name>.json (swarm, fit, caps, prediction).
     5. verify   one more scout-only experiment with the proposed weights: measured against predicted.
@@ -153,20 +155,45 @@ def overrides_of(swarm: Swarm, weights: Mapping[str, float], name: str) -> list[
     """The `-S` overrides of one swarm member: the preset, its phase's weights, the rung trained once."""
     inner = ",".join(f"{b}:{weights.get(b, swarm.fixed.get(b, 0.0)):g}" for b in [*swarm.buckets, *swarm.fixed])
     return [f"mixture={swarm.preset}", f"mixture.name={name}",
-            f"mixture.phases.{swarm.phase}.weights={{{inner}}}", f"scouts.{swarm.rung}.seeds=1"]
+            f"mixture.phases.{swarm.phase}.weights={{{inner}}}", f"++scouts.{swarm.rung}.seeds=1"]  # ++: the rung may not set it
 
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
 
 
-def baseline_key(repo: Path) -> str:
-    """The commit and the uncommitted changes to tracked files a queued experiment starts from."""
-    return _git(repo, "rev-parse", "HEAD").strip() + "\n" + _git(repo, "diff", "HEAD")
+def pipeline_inputs(repo: Path, rung: str) -> tuple[str, list[str]]:
+    """What an experiment targeting scout@<rung> runs from, as DVC sees it: every stage it reaches upstream,
+    with its command and the content hash of each file or folder it depends on (DVC's own hashing of the
+    workspace: code, tracked data, upstream outputs; committed or not), and the params.yaml keys they declare."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    stages, keys = {}, set()
+    with Repo(str(repo)) as dvc_repo:
+        for stage in dvc_repo.stage.collect(f"{repo.resolve() / 'dvc.yaml'}:scout@{rung}", with_deps=True):
+            deps = {}
+            for dep in stage.deps:
+                if isinstance(dep, ParamsDependency):
+                    keys.update(dep.params or [])
+                else:
+                    deps[dep.def_path] = dep.get_hash().value if dep.exists else None  # not built yet
+            stages[stage.addressing] = {"cmd": stage.cmd, "deps": deps}
+    return json.dumps(stages, sort_keys=True), sorted(keys)
 
 
-def experiment_name(baseline: str, rung: str, overrides: Sequence[str]) -> str:
-    digest = hashlib.sha256("\n".join([baseline, rung, *overrides]).encode()).hexdigest()
+def _at(params: Mapping, key: str):
+    node = params
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def experiment_name(pipeline: str, params: Mapping) -> str:
+    """A swarm member's name: the hash of the pipeline it runs from and of the parameter values its stages read
+    (params.yaml as its overrides compose it). Anything else (documentation, tests, another preset file in
+    conf/, a stage downstream of the rung) leaves it, and so its result, as it was."""
+    digest = hashlib.sha256((pipeline + json.dumps(params, sort_keys=True)).encode()).hexdigest()
     return f"swarm-{digest[:12]}"
 
 
@@ -178,42 +205,41 @@ def _dvc(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def held(repo: Path) -> dict[str, dict]:
-    """{name: {rev, state}} of the experiments DVC holds on the current commit (`dvc exp show`)."""
-    import dvc.api
-
+def held(repo: Path) -> dict[str, str]:
+    """{name: commit} of every finished experiment in the repository, on any baseline (DVC keeps each as a git
+    ref, refs/exps/<baseline>/<name>)."""
     out = {}
-    for row in dvc.api.exp_show(repo=str(repo)):
-        name = row.get("Experiment")
-        if name and row.get("rev"):
-            out[name] = {"rev": row["rev"], "state": row.get("State")}
+    for line in _git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/exps").splitlines():
+        ref, sha = line.rsplit(" ", 1)
+        parts = ref.split("/")
+        if len(parts) >= 5:  # refs/exps/ab/cdef.../<name>; refs/exps/celery/... are the queue's own
+            out[parts[-1]] = sha
     return out
 
 
 def run_experiments(repo: Path, members: Sequence[tuple[str, list[str]]], rung: str, jobs: int,
                     log=print) -> dict[str, str]:
-    """Queue the members DVC does not already hold, run the queue `jobs` at a time, and return {name: rev}."""
+    """Queue the members DVC does not already hold, run the queue `jobs` at a time, and return {name: commit}."""
     have = held(repo)
-    queued = []
-    for name, overrides in members:
-        if name in have and have[name]["state"] not in ("Failed",):
-            continue
-        if name in have:  # a failed run of the same inputs: its name is taken until removed
-            _dvc(repo, "queue", "remove", name)
-        args = ["exp", "run", "--queue", "-n", name]
-        for o in overrides:
-            args += ["-S", o]
-        _dvc(repo, *args, f"scout@{rung}")
-        queued.append(name)
-    log(f"search: {len(members) - len(queued)} of {len(members)} experiments already held by DVC; "
-        f"running {len(queued)} with {jobs} worker(s)")
-    if queued:
+    todo = [(name, overrides) for name, overrides in members if name not in have]
+    if todo:
+        failed_before = subprocess.run(["dvc", "queue", "status"], cwd=repo, capture_output=True, text=True).stdout
+        for name, overrides in todo:
+            if name in failed_before:  # an earlier failed run of the same inputs holds the name until removed
+                subprocess.run(["dvc", "queue", "remove", name], cwd=repo, capture_output=True, text=True)
+            args = ["exp", "run", "--queue", "-n", name]
+            for o in overrides:
+                args += ["-S", o]
+            _dvc(repo, *args, f"scout@{rung}")
+    log(f"search: {len(members) - len(todo)} of {len(members)} experiments already held by DVC; "
+        f"running {len(todo)} with {jobs} worker(s)")
+    if todo:
         start = time.monotonic()
         # --run-all starts `jobs` workers on the queue and returns when it is empty.
         subprocess.run(["dvc", "exp", "run", "--run-all", "-j", str(jobs)], cwd=repo, capture_output=True, text=True)
-        log(f"search: ran {len(queued)} experiments in {time.monotonic() - start:.0f} s")
-    have = held(repo)
-    failed = [n for n, _ in members if n not in have or have[n]["state"] == "Failed"]
+        log(f"search: ran {len(todo)} experiments in {time.monotonic() - start:.0f} s")
+        have = held(repo)
+    failed = [n for n, _ in members if n not in have]
     if failed:
         reason = ""
         logs = subprocess.run(["dvc", "queue", "logs", failed[0]], cwd=repo, capture_output=True, text=True)
@@ -222,7 +248,7 @@ def run_experiments(repo: Path, members: Sequence[tuple[str, list[str]]], rung: 
             reason = f"; {failed[0]}'s last line: {lines[-1][:300]}"
         raise SearchError(f"search: {len(failed)} experiment(s) did not finish ({', '.join(failed[:4])}"
                           f"{' ...' if len(failed) > 4 else ''}){reason}")
-    return {n: have[n]["rev"] for n, _ in members}
+    return {n: have[n] for n, _ in members}
 
 
 def scout_result(repo: Path, rev: str, rung: str, name: str) -> dict:
@@ -283,13 +309,17 @@ def leave_one_out(W: np.ndarray, losses: Mapping[str, np.ndarray], buckets: Sequ
     return {"rmse": rmse(fitted), "naive_rmse": rmse(naive), "beats_naive": rmse(fitted) < rmse(naive)}
 
 
-def propose(f: Fit, W: np.ndarray, caps: Mapping[str, float]) -> np.ndarray:
+def propose(f: Fit, W: np.ndarray, caps: Mapping[str, float], keep: Mapping[str, float] | None = None) -> np.ndarray:
     """The weights minimising the fitted metric on the simplex, each within the swarm's sampled range and its cap
-    (SLSQP from every swarm point; the objective, a sum of exponentials of linear functions, is convex)."""
+    (SLSQP from every swarm point; the objective, a sum of exponentials of linear functions, is convex).
+    keep: buckets held at a given weight (those the metric cannot see: no held-out documents)."""
     from scipy.optimize import minimize
 
     lo = W.min(axis=0)
     hi = np.minimum(W.max(axis=0), [caps[b] for b in f.buckets])
+    for b, w in (keep or {}).items():
+        j = f.buckets.index(b)
+        lo[j] = hi[j] = w
     bounds = list(zip(lo, np.maximum(lo, hi)))
     constraint = {"type": "eq", "fun": lambda w: w.sum() - 1.0}
     best = None
@@ -352,11 +382,14 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
     if hydra.stdout.strip().lower() != "true":
         raise SearchError("search: DVC's Hydra composition is off here (`dvc config hydra.enabled true`, as this "
                           "project ships it): the swarm's overrides select a preset from conf/")
-    baseline = baseline_key(repo)
-    members = []
-    for w in swarm.draws:
-        overrides = overrides_of(swarm, w, "swarm")
-        members.append((experiment_name(baseline, rung, overrides), overrides))
+    pipeline, keys = pipeline_inputs(repo, rung)
+
+    def member(weights: Mapping[str, float], mixture_name: str) -> tuple[str, list[str]]:
+        overrides = overrides_of(swarm, weights, mixture_name)
+        params = compose_params(repo, overrides)
+        return experiment_name(pipeline, {k: _at(params, k) for k in keys}), overrides
+
+    members = [member(w, "swarm") for w in swarm.draws]
     revs = run_experiments(repo, members, rung, jobs, log)
 
     rows = []
@@ -368,14 +401,19 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
     W = np.array([[r["weights"][b] for b in swarm.buckets] for r in rows])
     losses = {b: np.array([r["heldout_loss"][b] for r in rows], dtype=float) for b in responses}
     model = fit(W, losses, swarm.buckets)
-    proposal = propose(model, W, swarm.caps)
+    # A bucket without held-out documents is invisible to the metric: the law would trade it away for nothing
+    # it can measure (the demo's legal went to 0), so it keeps the preset's weight.
+    unseen = {b: swarm.prior[b] for b in swarm.buckets if b not in responses}
+    proposal = propose(model, W, swarm.caps, keep=unseen)
     prior_w = np.array([swarm.prior[b] for b in swarm.buckets])
     out = {
         "preset": preset, "name": name, "phase": swarm.phase, "rung": rung, "runs": runs, "seed": seed,
-        "concentration": concentration, "baseline": baseline.split("\n", 1)[0],
-        "uncommitted_changes": bool(baseline.split("\n", 1)[1].strip()),
+        "concentration": concentration, "commit": _git(repo, "rev-parse", "HEAD").strip(),
+        # The content address of the pipeline the experiments ran from: their names derive from it.
+        "pipeline": hashlib.sha256(pipeline.encode()).hexdigest()[:16],
+        "uncommitted_changes": bool(_git(repo, "status", "--porcelain", "--untracked-files=no").strip()),
         "metric": "heldout_mean", "buckets": swarm.buckets, "responses": responses, "caps": swarm.caps,
-        "prior": swarm.prior, "swarm": rows, "fit": {"coef": model.coef, "loo": leave_one_out(W, losses, swarm.buckets)},
+        "prior": swarm.prior, "kept_at_preset": sorted(unseen), "swarm": rows, "fit": {"coef": model.coef, "loo": leave_one_out(W, losses, swarm.buckets)},
         "proposal": {b: float(x) for b, x in zip(swarm.buckets, proposal)},
         "predicted": model.metric(proposal), "predicted_buckets": model.predict(proposal),
         "interval": bootstrap_interval(W, losses, swarm.buckets, proposal, seed=seed),
@@ -383,8 +421,7 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
         "swarm_best": min(float(np.mean([r["heldout_loss"][b] for b in responses])) for r in rows),
     }
     if verify:
-        overrides = overrides_of(swarm, out["proposal"], name)
-        exp = experiment_name(baseline, rung, overrides)
+        exp, overrides = member(out["proposal"], name)
         rev = run_experiments(repo, [(exp, overrides)], rung, jobs, log)[exp]
         result = scout_result(repo, rev, rung, exp)
         out["verified"] = {"experiment": exp, "rev": rev, "measured": float(np.mean([result["heldout_loss"][b] for b in responses])),
@@ -392,7 +429,7 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
     lo, hi = out["interval"]
     header = [f"Proposed by `tokenmill search` from {runs} scout-only experiments ({rung}, one seed each) around "
               f"{preset}'s {swarm.phase} weights,",
-              f"on commit {out['baseline'][:10]}{' with uncommitted changes' if out['uncommitted_changes'] else ''}: "
+              f"on commit {out['commit'][:10]}{' with uncommitted changes' if out['uncommitted_changes'] else ''}: "
               f"predicted held-out mean loss at {rung} {out['predicted']:.4f} (90% interval [{lo:.4f}, {hi:.4f}]),",
               f"the preset's own predicted {out['prior_predicted']:.4f}; the swarm's best measured {out['swarm_best']:.4f}."]
     if verify:

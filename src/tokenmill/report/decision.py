@@ -68,7 +68,7 @@ def search_section(plots: S.Plots, found: Mapping, index: int) -> S.Section:
 
     s = S.Section(f"search-{index}", f"Mixture search: {found['name']}",
                   note=f"{found['runs']} scout-only experiments ({found['rung']}, one seed each) around "
-                       f"{found['preset']}'s {found['phase']} weights on commit {found['baseline'][:10]}; the law "
+                       f"{found['preset']}'s {found['phase']} weights on commit {found['commit'][:10]}; the law "
                        f"log L_b = t_b·w fitted per held-out bucket (leave-one-out error "
                        f"{found['fit']['loo']['rmse']:.4f} against {found['fit']['loo']['naive_rmse']:.4f} for "
                        f"the swarm's mean).")
