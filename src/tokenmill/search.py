@@ -411,7 +411,6 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
         "concentration": concentration, "commit": _git(repo, "rev-parse", "HEAD").strip(),
         # The content address of the pipeline the experiments ran from: their names derive from it.
         "pipeline": hashlib.sha256(pipeline.encode()).hexdigest()[:16],
-        "uncommitted_changes": bool(_git(repo, "status", "--porcelain", "--untracked-files=no").strip()),
         "metric": "heldout_mean", "buckets": swarm.buckets, "responses": responses, "caps": swarm.caps,
         "prior": swarm.prior, "kept_at_preset": sorted(unseen), "swarm": rows, "fit": {"coef": model.coef, "loo": leave_one_out(W, losses, swarm.buckets)},
         "proposal": {b: float(x) for b, x in zip(swarm.buckets, proposal)},
@@ -429,7 +428,7 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
     lo, hi = out["interval"]
     header = [f"Proposed by `tokenmill search` from {runs} scout-only experiments ({rung}, one seed each) around "
               f"{preset}'s {swarm.phase} weights,",
-              f"on commit {out['commit'][:10]}{' with uncommitted changes' if out['uncommitted_changes'] else ''}: "
+              f"on commit {out['commit'][:10]} (pipeline {out['pipeline']}): "
               f"predicted held-out mean loss at {rung} {out['predicted']:.4f} (90% interval [{lo:.4f}, {hi:.4f}]),",
               f"the preset's own predicted {out['prior_predicted']:.4f}; the swarm's best measured {out['swarm_best']:.4f}."]
     if verify:
