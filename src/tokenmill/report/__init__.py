@@ -46,18 +46,13 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     evaluation: the evaluate stage's results.json. Either missing: its section says "not run".
     """
     from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
-    from tokenmill.forecast import ForecastError, compare
     from tokenmill.lineage import DB_NAME, audit_tables, connect
 
     project, out_dir = Path(project), Path(out_dir)
     db = Path(lineage_db) if lineage_db else project / "lineage" / DB_NAME
     forecast_path = Path(forecast) if forecast else None
     evaluation_path = Path(evaluation) if evaluation else None
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    plots = S.Plots(tmp)
+    tmp, plots = start(out_dir)
 
     # The training tables come from this project's data/train, wherever the database file lies.
     con = connect(db, extra=audit_tables(project))  # FileNotFoundError naming a missing database
@@ -67,6 +62,45 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     finally:
         con.close()
 
+    scaling, comparison = forecast_section(plots, project, forecast_path)
+    built.append(scaling)
+    built.append(S.evaluation(S.read_json(evaluation_path),
+                              f"no evaluation results at {evaluation_path}: the evaluate stage has not run"
+                              if evaluation_path else "no evaluation results given"))
+    ladder = read_ladder(project / "data" / "train")
+    rows = ladder_table(ladder, CANDIDATES)
+    built.append(S.signal_noise(ladder, rows, decision_metric(rows)))
+
+    return publish(tmp, out_dir, title, built, "report.json", forecast_comparison=comparison)
+
+
+def start(out_dir: Path) -> tuple[Path, S.Plots]:
+    """A page's folder is written under a temporary name (out_dir is replaced whole by `publish`)."""
+    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp, S.Plots(tmp)
+
+
+def publish(tmp: Path, out_dir: Path, title: str, built: list[S.Section], summary_name: str, **extra) -> dict:
+    """index.html and the summary (which sections were built, which not and why, the images, `extra`) into tmp,
+    then tmp renamed to out_dir."""
+    (tmp / "index.html").write_text(render(title, built), encoding="utf-8")
+    summary = {"sections": {s.key: s.status for s in built},
+               "not_run": {s.key: s.note for s in built if s.status != "ok"},
+               "images": sorted(f"plots/{i}" for s in built for i in s.images), **extra}
+    (tmp / summary_name).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return summary
+
+
+def forecast_section(plots: S.Plots, project: Path, forecast_path: Path | None) -> tuple[S.Section, dict | None]:
+    """The scaling section: the forecast at forecast_path against the full run's actual loss, once it trained."""
+    from tokenmill.forecast import ForecastError, compare
+
     prediction = S.read_json(forecast_path)
     actual = S.read_json(project / "data" / "train" / "pretrain" / "summary.json")
     comparison, incomparable = None, None
@@ -75,26 +109,9 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
             comparison = compare(prediction, actual)
         except ForecastError as exc:  # e.g. the full run reports other held-out buckets: shown, not fatal
             incomparable = str(exc)
-    built.append(S.scaling(plots, prediction, comparison, incomparable,
-                           f"no forecast at {forecast_path}: the forecast stage has not run" if forecast_path
-                           else "no forecast given"))
-    built.append(S.evaluation(S.read_json(evaluation_path),
-                              f"no evaluation results at {evaluation_path}: the evaluate stage has not run"
-                              if evaluation_path else "no evaluation results given"))
-    ladder = read_ladder(project / "data" / "train")
-    rows = ladder_table(ladder, CANDIDATES)
-    built.append(S.signal_noise(ladder, rows, decision_metric(rows)))
-
-    (tmp / "index.html").write_text(render(title, built), encoding="utf-8")
-    summary = {"sections": {s.key: s.status for s in built},
-               "not_run": {s.key: s.note for s in built if s.status != "ok"},
-               "images": sorted(f"plots/{i}" for s in built for i in s.images),
-               "forecast_comparison": comparison}
-    (tmp / "report.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
-    return summary
+    missing = (f"no forecast at {forecast_path}: the forecast stage has not run" if forecast_path
+               else "no forecast given")
+    return S.scaling(plots, prediction, comparison, incomparable, missing), comparison
 
 
 def render(title: str, built: list[S.Section]) -> str:

@@ -16,14 +16,12 @@ A part whose input does not exist says "not run" and why, as the report's sectio
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from tokenmill.report import render
+from tokenmill.report import forecast_section, publish, start
 from tokenmill.report import sections as S
 
 K_SIGMA = 2.0  # as tokenmill.evaluate.compare: the bars show the band a difference must leave
@@ -116,36 +114,13 @@ def build_decision_page(out_dir: str | Path, comparisons: Sequence[Mapping], dat
                         searches: Sequence[Path] = (), project: str | Path = ".",
                         title: str = "tokenmill: which experiment to take") -> dict:
     """Write the page; return {sections, not_run, images} as the report does."""
-    from tokenmill.forecast import ForecastError, compare
-
     out_dir, project = Path(out_dir), Path(project)
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    plots = S.Plots(tmp)
+    tmp, plots = start(out_dir)
     built = [ranking(plots, r, data, i) for i, r in enumerate(comparisons)]
     if searches:
         built += [search_section(plots, json.loads(Path(p).read_text()), i) for i, p in enumerate(searches)]
     else:
         built.append(S._not_run(S.Section("search", "Mixture search"),
                                 "no searches/*.json here: `tokenmill search` has not run"))
-    prediction = S.read_json(project / "data" / "forecast" / "prediction.json")
-    actual = S.read_json(project / "data" / "train" / "pretrain" / "summary.json")
-    comparison, incomparable = None, None
-    if prediction is not None and actual is not None:
-        try:
-            comparison = compare(prediction, actual)
-        except ForecastError as exc:
-            incomparable = str(exc)
-    built.append(S.scaling(plots, prediction, comparison, incomparable,
-                           "no data/forecast/prediction.json here: the forecast stage has not run"))
-    (tmp / "index.html").write_text(render(title, built), encoding="utf-8")
-    summary = {"sections": {s.key: s.status for s in built},
-               "not_run": {s.key: s.note for s in built if s.status != "ok"},
-               "images": sorted(f"plots/{i}" for s in built for i in s.images)}
-    (tmp / "decision.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
-    return summary
+    built.append(forecast_section(plots, project, project / "data" / "forecast" / "prediction.json")[0])
+    return publish(tmp, out_dir, title, built, "decision.json")
