@@ -125,14 +125,19 @@ def audit_verify(con, data_root: Path) -> int:
 
 
 def audit_step(con, step: int, run: str | None = None) -> int:
-    got, window = None, step  # the plan's order; a run with train.data_seed fed another window at this step
+    """Runs read the plan's windows in their own order (train.data_seed), so a step is one run's: `run`, by
+    default the full run once it has trained; before any run, window `step` of the plan's stream."""
+    tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
+    runs = lineage.training_runs(con) if "train_steps" in tables else []
+    if run is None and "pretrain" in runs:
+        run = "pretrain"
+    got, window = None, step
     if run is not None:
-        tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
         got = con.execute("SELECT loss, grad_norm, lr, skipped, skip_reason, tokens_hash, stream_window FROM train_steps "
-                          "WHERE run = ? AND step = ?", [run, step]).fetchone() if "train_steps" in tables else None
+                          "WHERE run = ? AND step = ?", [run, step]).fetchone() if runs else None
         if got is None:
             print(f"tokenmill: run {run!r} has no step {step} (runs: "
-                  f"{', '.join(lineage.training_runs(con)) or 'none trained yet'})", file=sys.stderr)
+                  f"{', '.join(runs) or 'none trained yet'})", file=sys.stderr)
             return 1
         window = got[-1]
     try:
@@ -140,8 +145,9 @@ def audit_step(con, step: int, run: str | None = None) -> int:
     except LookupError as exc:
         print(f"tokenmill: {exc}", file=sys.stderr)
         return 1
-    print(f"step {step}: tokens {window * per_step} to {(window + 1) * per_step} of the training stream, "
-          f"{len(rows)} document span(s)")
+    whose = f"run {run}'s step {step}" if run else f"step {step} (no training run yet: the plan's order)"
+    print(f"{whose}: window {window}, tokens {window * per_step} to {(window + 1) * per_step} of the training "
+          f"stream, {len(rows)} document span(s)")
     if got is not None:
         loss, norm, lr, skipped, reason, digest, _ = got
         fate = f"update skipped ({reason})" if skipped else "update applied"
@@ -246,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     what.add_parser("verify", help="conservation across all stages; non-zero exit on any violation")
     step = what.add_parser("step", help="the documents and token spans of one training step")
     step.add_argument("n", type=int)
-    step.add_argument("--run", default=None, help="also the loss and update of that step in this training run "
-                                                  "(pretrain, scout@s1, ...)")
+    step.add_argument("--run", default=None, help="the training run whose step it is, with its loss and update "
+                                                  "(pretrain, scout@s1, ...; default: pretrain once trained)")
     what.add_parser("sql", help="run a read-only SQL query (files, extensions and settings are out of reach)"
                     ).add_argument("query")
     cmp = sub.add_parser("compare", help="which experiment wins on a metric, and whether it is beyond the noise")

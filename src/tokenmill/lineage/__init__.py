@@ -279,20 +279,21 @@ def run_lineage(sources_cfg: dict, data_root: str | Path, out_dir: str | Path, l
 from tokenmill.lineage.connect import connect  # noqa: E402  (read-only, sealed: see connect.py)
 
 
-def step_spans(con: duckdb.DuckDBPyConnection, step: int) -> tuple[int, list[tuple]]:
-    """The documents and token spans that make up training step `step` (contract 9).
+def step_spans(con: duckdb.DuckDBPyConnection, window: int) -> tuple[int, list[tuple]]:
+    """The documents and token spans of one window of the training stream (contract 9): what a training step
+    reads (train_steps.stream_window: each run reads the windows in its own order, train.data_seed).
 
-    Training reads the plan as one stream (each document followed by end-of-text) cut into steps of
+    Training reads the plan as one stream (each document followed by end-of-text) cut into windows of
     seq_len x global_batch tokens. Returns (tokens per step, rows of position, phase, bucket, doc_id, epoch,
     shard, offset, first_token, end_token): tokens [first_token, end_token) of the document, counted from
     its first token; end_token = length + 1 includes the end-of-text.
     """
     per_step = _tokens_per_step(con)
     total = con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0]
-    if not 0 <= step < total // per_step:
-        raise LookupError(f"step {step} is outside the plan: it holds {total // per_step} full steps "
+    if not 0 <= window < total // per_step:
+        raise LookupError(f"window {window} is outside the plan: it holds {total // per_step} full windows "
                           f"of {per_step} tokens")
-    lo, hi = step * per_step, (step + 1) * per_step
+    lo, hi = window * per_step, (window + 1) * per_step
     rows = con.execute("""SELECT position, phase, bucket, doc_id, epoch, shard, "offset",
                                  greatest(? - stream_start, 0) AS first_token,
                                  least(?, stream_start + length + 1) - stream_start AS end_token
@@ -373,8 +374,8 @@ def _tokens_per_step(con: duckdb.DuckDBPyConnection) -> int:
     return int(json.loads(row[0])["tokens_per_step"])
 
 
-def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, step: int):
-    """The input tokens of window `step` of the training stream (training step `step` in the plan's order),
+def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, window: int):
+    """The input tokens of one window of the training stream (the step that read it: train_steps.stream_window),
     rebuilt from the plan's spans and the token shards."""
     import numpy as np
 
@@ -383,7 +384,7 @@ def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, step: int
     if row is None:
         raise LookupError("no token stage in the lineage")
     token_dir, dtype = Path(data_root) / row[0], json.loads(row[1])["dtype"]
-    _, spans = step_spans(con, step)
+    _, spans = step_spans(con, window)
     parts = []
     for *_, shard, offset, first, end in spans:
         tokens = np.memmap(token_dir / shard, dtype=dtype, mode="r")

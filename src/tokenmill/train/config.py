@@ -144,9 +144,12 @@ class TrainConfig(_Strict):
     tokens_per_param: float = Field(default=20.0, gt=0)
     max_steps: int | None = Field(default=None, gt=0)  # cap below the budget's steps (smoke runs)
     seed: int = 0  # model initialisation
-    # None: step N trains on window N of the plan's stream (the plan's order). An integer: on the same
-    # windows of the run, in an order drawn with this seed (the scouts' seed replicas: scouts.<rung>.seeds).
-    data_seed: int | None = None
+    # An integer: step N trains on window π(N) of the plan's stream, π the run's own windows shuffled within
+    # each plan phase with this seed (seed replicas of a scout add their replica number). None: window N,
+    # the plan's order, where consecutive steps read consecutive slices of the same long documents: on the
+    # e2e build the full run's held-out loss was 0.3 nats worse than with any shuffled order (RESULTS,
+    # "Compare").
+    data_seed: int | None = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     clip_grad_norm: float = Field(default=1.0, gt=0)
     optimizer: OptimizerConfig = OptimizerConfig()

@@ -453,8 +453,8 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
     total_steps = plan_steps(cfg, stream, size["params"])
     eval_at, window = evaluation_steps(total_steps, t.logging), noise_window(total_steps, t.logging)
     trainer = Trainer(cfg, stream, device)
-    if t.data_seed is not None:  # the run's own windows in a seeded order
-        trainer.loader.order = np.random.default_rng(t.data_seed).permutation(total_steps)
+    if t.data_seed is not None:  # the run's own windows in a seeded order, phase by phase
+        trainer.loader.order = trainer.loader.seeded_order(total_steps, t.data_seed)
     decay_at = stream.phase_start(t.schedule.decay_phase) if t.schedule.decay_phase else None
     schedule = make_schedule(t.schedule, t.optimizer.lr, total_steps,
                              None if decay_at is None else decay_at // t.tokens_per_step)

@@ -137,13 +137,14 @@ def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
 
 def seed_replicas(scout: Mapping, run_cfg: Mapping) -> list[dict]:
     """The rung's seed replicas beyond the first (scouts.<rung>.seeds, default 1): replica k initialises with
-    train.seed + k and trains on the rung's windows in an order drawn with data_seed k. The spread of the
+    train.seed + k and trains on the rung's windows in an order drawn with train.data_seed + k. The spread of the
     replicas' final scores is the seed noise of the rung (tokenmill.evaluate.signal)."""
     seeds = scout.get("seeds", 1)
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
         raise TrainConfigError(f"scouts.*.seeds: expected a positive integer, got {seeds!r}")
     train = run_cfg["train"]
-    return [{"model": run_cfg["model"], "train": {**train, "seed": train.get("seed", 0) + k, "data_seed": k}}
+    return [{"model": run_cfg["model"],
+             "train": {**train, "seed": train.get("seed", 0) + k, "data_seed": (train.get("data_seed") or 0) + k}}
             for k in range(1, seeds)]
 
 
