@@ -291,7 +291,7 @@ def extract_cascade(html: str) -> str:
     return text
 
 
-def extract_html(html: str, extractor: str = "resiliparse") -> str:
+def extract_html(html: str, extractor: str) -> str:
     """Main-content text of an HTML page (navigation, footers and scripts removed)."""
     if extractor == "cascade":
         return extract_cascade(html)
