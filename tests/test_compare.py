@@ -75,6 +75,43 @@ def test_training_noise_can_hold_back_a_verdict():
     assert out["winner"] is None and "no seed spread" not in out["verdict"]
 
 
+def test_seed_replicas_of_a_full_run_are_its_training_noise():
+    """Experiments whose parameters differ only in the seeds are one recipe: the spread of their full runs is
+    that recipe's noise where the scouts' estimate is smaller (the demo's full run moved ten times more than its
+    scouts, RESULTS "Compare"), and a replica is no rival of the winner."""
+    base = C.recipe_of({"train": {"seed": 0, "data_seed": 0, "lr": 1e-3}, "mixture": {"name": "default"}})
+    assert base == C.recipe_of({"train": {"seed": 1, "data_seed": 1, "lr": 1e-3}, "mixture": {"name": "default"}})
+    assert base != C.recipe_of({"train": {"seed": 0, "data_seed": 0, "lr": 2e-3}, "mixture": {"name": "default"}})
+    other = C.recipe_of({"train": {"seed": 0, "data_seed": 0, "lr": 1e-3}, "mixture": {"name": "no_code"}})
+
+    def run(name, shift, seed, recipe):
+        e = _exp(name, bpb_shift=shift, seed=seed, window=0.0)
+        e.seed_noise, e.recipe = {"arc_easy.bpb": 0.001}, recipe  # scouts that barely move
+        return e
+
+    # Two seeds of the baseline 0.20 apart; the other mixture 0.15 below the better of them. On the scouts'
+    # noise alone it would win; against the baseline's own seed spread (σ 0.14) it does not.
+    exps = [run("base", 0.0, 1, base), run("base-seed1", 0.20, 2, base), run("mix", -0.15, 3, other)]
+    out = C.compare(exps, "arc_easy.bpb")
+    ranking = {r["name"]: r for r in out["ranking"]}
+    assert ranking["base"]["replicas"] == ["base-seed1"] and ranking["mix"]["replicas"] == []
+    assert ranking["base"]["sigma_training"] == pytest.approx(0.2 / math.sqrt(2), rel=0.25)
+    assert out["winner"] is None
+    scouts_only = C.compare([run("base", 0.0, 1, "a"), run("mix", -0.15, 3, "b")], "arc_easy.bpb")
+    assert scouts_only["winner"] == "mix"
+    assert "no full-run seed replica for base, mix" in scouts_only["verdict"]  # what it could not measure
+    # The baseline's seeds 0.02 apart: the same other mixture wins, and the baseline's seed replica is not a
+    # rival of the baseline when the baseline is best.
+    close = [run("base", 0.0, 1, base), run("base-seed1", 0.02, 2, base), run("mix", -0.15, 3, other)]
+    assert C.compare(close, "arc_easy.bpb")["winner"] == "mix"
+    worse = [run("base", 0.0, 1, base), run("base-seed1", 0.02, 2, base), run("mix", 0.30, 3, other)]
+    out = C.compare(worse, "arc_easy.bpb")
+    assert out["winner"] == "base" and "its seed replicas: base-seed1" in out["verdict"]
+    assert "no full-run seed replica for mix " in out["verdict"]
+    assert [p["replicas"] for p in out["pairs"]] == [True, False]
+    assert "seed replicas of one recipe" in C.render(out, [])
+
+
 def test_heldout_bits_per_byte_is_the_ratio_of_sums():
     exp = _exp("a", heldout_docs=3)
     docs = exp.heldout["code"].values()

@@ -356,6 +356,13 @@ def test_mixture_experiments(demo):
     seed = json.loads(_run(["tokenmill", "compare", "seed-1", baseline, "--metric", "heldout_bpb.code", "--json",
                             "--html", str(repo / "decision")], repo).stdout)["comparisons"][0]
     assert seed["winner"] is None and seed["verdict"].startswith("no winner: the difference is within the noise")
+    # All three: the baseline and its seed replica are one recipe, whose spread is its training noise, and that
+    # recipe wins over the mixture without code.
+    three = json.loads(_run(["tokenmill", "compare", "no-code", baseline, "seed-1", "--metric", "heldout_bpb.code",
+                             "--json"], repo).stdout)["comparisons"][0]
+    assert three["winner"] in (baseline, "seed-1"), three["verdict"]
+    assert {r["name"]: r["replicas"] for r in three["ranking"]} == {"no-code": [], baseline: ["seed-1"],
+                                                                    "seed-1": [baseline]}
     assert _outs(repo) == before
     # The decision page of the same comparison: its verdict, and the forecast of this workspace's full run.
     page = (repo / "decision" / "index.html").read_text()

@@ -13,8 +13,13 @@ For every pair of experiments the difference of a metric is judged against two k
   training how far the metric moves when only the seed or the checkpoint does: per experiment the larger of the
            full run's noise-window σ and the seed spread of the largest scout trained with several seeds
            (relative to its value, carried to the full run's value; tokenmill.evaluate.signal).
+           When the compared experiments hold seed replicas of a full run — experiments whose params.yaml differ
+           only in train.seed and train.data_seed, the same recipe — the spread of their values is that
+           recipe's training noise where it is larger: on the demo the full run moved about ten times more
+           with the seed than its scouts did (RESULTS.md, "Compare").
 The difference wins when it exceeds k = 2 times sqrt(σ_items² + σ_train,a² + σ_train,b²), the rule of
 tokenmill.evaluate.signal.separated; otherwise the verdict is "no winner: the difference is within the noise".
+The winner must be separated from every experiment of another recipe; its own seed replicas are not rivals.
 
 Metrics (lower is better for bits per byte, higher for the rest):
   heldout_bpb             the mean over buckets of each bucket's held-out bits per byte (the decision metric
@@ -59,6 +64,20 @@ class Experiment:
     mixture: dict = field(default_factory=dict)  # metrics/mixture.json
     heldout_loss: float | None = None  # the full run's final held-out loss (mean over buckets), nats per token
     decision_metric: str | None = None
+    recipe: str | None = None  # digest of params.yaml without the seeds: equal recipes are seed replicas
+    replica_noise: dict[str, float] = field(default_factory=dict)  # metric: σ over the recipe's full runs (compare)
+
+
+SEEDS = ("seed", "data_seed")  # train.<key>: what seed replicas of one recipe differ in
+
+
+def recipe_of(params: Mapping) -> str:
+    """The digest of a run's parameters with train.seed and train.data_seed left out."""
+    import hashlib
+
+    params = dict(params)
+    params["train"] = {k: v for k, v in (params.get("train") or {}).items() if k not in SEEDS}
+    return hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -142,6 +161,10 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
     exp.mixture = _read_json("metrics/mixture.json", repo, rev, name, missing_ok=True) or {}
     evaluated = _read_json("metrics/evaluate.json", repo, rev, name, missing_ok=True) or {}
     exp.decision_metric = evaluated.get("decision_metric")
+    import yaml
+
+    with _open("params.yaml", repo, rev, name) as f:
+        exp.recipe = recipe_of(yaml.safe_load(f) or {})
     return exp
 
 
@@ -235,8 +258,17 @@ def training_sigma(exp: Experiment, metric: str, value: float) -> float:
         # The window's σ is in nats per token of the run's own held-out loss: carried to bits per byte relatively.
         window = window / exp.heldout_loss * value if exp.heldout_loss else None
     relative_seed = exp.seed_noise.get(source)
-    known = [s for s in (window, None if relative_seed is None else relative_seed * value) if s is not None]
+    known = [s for s in (window, None if relative_seed is None else relative_seed * value,
+                         exp.replica_noise.get(metric)) if s is not None]
     return max(known) if known else 0.0
+
+
+def replicas(exps: Sequence[Experiment]) -> dict[str, list[str]]:
+    """name: the names of the other experiments of its recipe (its seed replicas)."""
+    out = {}
+    for e in exps:
+        out[e.name] = [o.name for o in exps if o is not e and e.recipe is not None and o.recipe == e.recipe]
+    return out
 
 
 def difference(a: Experiment, b: Experiment, metric: str, draws: int = 2000, seed: int = 0,
@@ -275,14 +307,29 @@ def compare(exps: Sequence[Experiment], metric: str) -> dict:
     if len(exps) < 2:
         raise CompareError(f"compare needs two experiments or more, got {len(exps)}")
     lower = lower_is_better(metric)
+    twins = replicas(exps)
+    for e in exps:  # a recipe trained with several seeds: the spread of its full runs
+        group = [e] + [o for o in exps if o.name in twins[e.name]]
+        if len(group) >= 2:
+            e.replica_noise[metric] = float(np.std([value_of(g, metric) for g in group], ddof=1))
     ranked = sorted(exps, key=lambda e: value_of(e, metric) * (1 if lower else -1))
     best = ranked[0]
     pairs = [difference(best, other, metric) for other in ranked[1:]]
-    winner = best.name if all(p["separated"] for p in pairs) else None
+    for p in pairs:
+        p["replicas"] = p["b"] in twins[best.name]
+    rivals = [p for p in pairs if not p["replicas"]]
+    winner = best.name if rivals and all(p["separated"] for p in rivals) else None
     close = [p["b"] for p in pairs if not p["separated"]]
-    verdict = (f"{best.name} wins on {metric}" if winner else
+    mates = f" (its seed replicas: {', '.join(twins[best.name])})" if twins[best.name] else ""
+    verdict = (f"{best.name} wins on {metric}{mates}" if winner else
                f"no winner: the difference is within the noise ({best.name} vs {', '.join(close)})")
-    unseeded = [e.name for e in exps if not e.seed_noise]
+    unseeded = [e.name for e in exps if not e.seed_noise and not e.replica_noise]
+    single = [e.name for e in exps if e.seed_noise and not e.replica_noise]
+    if single:
+        # The scouts' seed spread carried to the full run: on the demo the full run moved about ten times more
+        # with the seed than its scouts (RESULTS.md, "Compare"); only a second seed of the recipe measures it.
+        verdict += (f" — no full-run seed replica for {', '.join(single)} (the same parameters with train.seed and "
+                    f"train.data_seed changed): its training noise is carried from its scouts")
     if unseeded:
         # Without seed replicas the training noise is the checkpoint noise alone, which can be far smaller
         # than a second seed's move (RESULTS.md, "Compare": seed pairs of the e2e build moved the held-out code
@@ -291,7 +338,8 @@ def compare(exps: Sequence[Experiment], metric: str) -> dict:
                     f"more): the noise above is that of the items and the checkpoints only")
     return {"metric": metric, "lower_is_better": lower,
             "ranking": [{"name": e.name, "rev": e.rev, "value": value_of(e, metric),
-                         "sigma_training": training_sigma(e, metric, value_of(e, metric))} for e in ranked],
+                         "sigma_training": training_sigma(e, metric, value_of(e, metric)),
+                         "replicas": twins[e.name]} for e in ranked],
             "pairs": pairs, "winner": winner, "verdict": verdict}
 
 
@@ -308,14 +356,16 @@ def render(result: Mapping, data: Sequence[Mapping]) -> str:
     lines = [f"{m} ({'lower' if result['lower_is_better'] else 'higher'} is better)", ""]
     width = max(len(r["name"]) for r in result["ranking"])
     for r in result["ranking"]:
-        lines.append(f"  {r['name']:<{width}}  {r['value']:.4f}  (training noise σ {r['sigma_training']:.4f})")
+        mates = f"; seed replicas: {', '.join(r['replicas'])}" if r.get("replicas") else ""
+        lines.append(f"  {r['name']:<{width}}  {r['value']:.4f}  (training noise σ {r['sigma_training']:.4f}{mates})")
     lines.append("")
     for p in result["pairs"]:
         lo, hi = p["interval"]
         lines.append(f"  {p['a']} - {p['b']}: {p['difference']:+.4f}, 95% interval over {p['items']} items "
                      f"[{lo:+.4f}, {hi:+.4f}]; σ items {p['sigma_items']:.4f}, training {p['sigma_training_a']:.4f} "
                      f"/ {p['sigma_training_b']:.4f}: {abs(p['difference']) / p['sigma']:.1f} σ "
-                     f"({'separated' if p['separated'] else 'within the noise'})")
+                     f"({'separated' if p['separated'] else 'within the noise'}"
+                     f"{', seed replicas of one recipe' if p.get('replicas') else ''})")
     lines += ["", result["verdict"], ""]
     buckets = sorted({b for d in data for b in d["planned"]})
     if buckets:
