@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,16 +50,6 @@ def _nanp_code(rng: random.Random, valid: bool) -> str:
         code = rng.choice("23456789") + _d(rng, 2)
         if code[1:] != "11" and code[1] != "9":
             return code
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One region's plan: national significant numbers by type, the trunk prefix, the country code, layouts."""
-
-    region: str
-    cc: str
-    trunk: str
-    configured: bool  # in conf/pii/default.yaml's phone_regions: the detector reads national numbers of it
 
 
 def nanp(rng: random.Random, valid: bool) -> tuple[str, str]:

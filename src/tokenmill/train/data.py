@@ -166,12 +166,16 @@ class BatchLoader:
         anneal 10%) ended its training on bulk windows and its held-out loss moved 0.3-0.4 nats from the
         plan-order run, a change of data schedule that read as seed noise (RESULTS, "Compare")."""
         rng = np.random.default_rng(seed)
-        phase_of = [self.stream.phases[self.stream.rows_in(w * self.T, w * self.T + 1)[0]] for w in range(steps)]
+        phase_of = [self.phase(w) for w in range(steps)]
         order, start = [], 0
         for end in [i for i in range(1, steps) if phase_of[i] != phase_of[i - 1]] + [steps]:
             order.append(start + rng.permutation(end - start))
             start = end
         return np.concatenate(order) if order else np.zeros(0, dtype=np.int64)
+
+    def phase(self, window: int) -> str:
+        """The plan phase of the window's first token."""
+        return self.stream.phases[self.stream.rows_in(window * self.T, window * self.T + 1)[0]]
 
     def window(self, step: int) -> int:
         """The stream window step `step` reads."""
@@ -196,9 +200,8 @@ class BatchLoader:
         a = self.dp_rank * per_rank * self.L
         mine = tokens[a:a + per_rank * self.L + 1]
         w = self.window(step)
-        phase = self.stream.phases[self.stream.rows_in(w * self.T, w * self.T + 1)[0]]
         return Batch(step, mine[:-1].reshape(per_rank, self.L), mine[1:].reshape(per_rank, self.L),
-                     tokens_hash(tokens[:-1]), phase)
+                     tokens_hash(tokens[:-1]), self.phase(w))
 
     def doc_ids(self, step: int) -> list[str]:
         """Documents with tokens among the step's inputs or targets, in stream order (repeats once)."""
