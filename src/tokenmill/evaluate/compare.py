@@ -307,12 +307,12 @@ def compare(exps: Sequence[Experiment], metric: str) -> dict:
     if len(exps) < 2:
         raise CompareError(f"compare needs two experiments or more, got {len(exps)}")
     lower = lower_is_better(metric)
+    values = {e.name: value_of(e, metric) for e in exps}
     twins = replicas(exps)
     for e in exps:  # a recipe trained with several seeds: the spread of its full runs
-        group = [e] + [o for o in exps if o.name in twins[e.name]]
-        if len(group) >= 2:
-            e.replica_noise[metric] = float(np.std([value_of(g, metric) for g in group], ddof=1))
-    ranked = sorted(exps, key=lambda e: value_of(e, metric) * (1 if lower else -1))
+        if twins[e.name]:
+            e.replica_noise[metric] = float(np.std([values[n] for n in (e.name, *twins[e.name])], ddof=1))
+    ranked = sorted(exps, key=lambda e: values[e.name] * (1 if lower else -1))
     best = ranked[0]
     pairs = [difference(best, other, metric) for other in ranked[1:]]
     for p in pairs:
@@ -337,8 +337,8 @@ def compare(exps: Sequence[Experiment], metric: str) -> dict:
         verdict += (f" — no seed spread measured for {', '.join(unseeded)} (train a scout rung with seeds: 2 or "
                     f"more): the noise above is that of the items and the checkpoints only")
     return {"metric": metric, "lower_is_better": lower,
-            "ranking": [{"name": e.name, "rev": e.rev, "value": value_of(e, metric),
-                         "sigma_training": training_sigma(e, metric, value_of(e, metric)),
+            "ranking": [{"name": e.name, "rev": e.rev, "value": values[e.name],
+                         "sigma_training": training_sigma(e, metric, values[e.name]),
                          "replicas": twins[e.name]} for e in ranked],
             "pairs": pairs, "winner": winner, "verdict": verdict}
 
