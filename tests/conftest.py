@@ -24,6 +24,45 @@ SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA") or PROJECT_ROOT / ".." / "
 TABLES = ("documents", "records", "decisions", "read_errors")
 
 
+# `make test` runs pytest-xdist workers, one per core (the suite is mostly one busy process at a time: the
+# training tests pin OMP_NUM_THREADS=1). The scheduler below hands out whole modules, so a module-scoped build
+# happens once; modules that share the tiny run's build (tests/tiny_run.py) go to one worker together. The
+# heaviest groups start first (the slowest-tests list of a fresh-clone run: the demo DAG's module ~10 minutes,
+# the tiny run's ~6), so the long ones do not begin last; the others keep their order. (xdist's own
+# `--dist loadgroup` marks cannot do this under pytest 9: it renames a test through an attribute pytest no
+# longer reads.)
+SHARED_BUILDS = {"test_forecast": "tiny_run", "test_report": "tiny_run", "test_search": "tiny_run"}
+HEAVIEST_FIRST = ("test_pipeline_e2e", "tiny_run", "test_train_distributed", "test_decontam_leaks",
+                  "test_stale_and_budget", "test_bad_input_dvc")
+
+
+def _group(nodeid: str) -> str:
+    module = Path(nodeid.split("::", 1)[0]).stem
+    return SHARED_BUILDS.get(module, module)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {group: i for i, group in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_group(item.nodeid), len(rank)))  # stable: a module's own order is kept
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it installed, pytest never calls this
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByBuild(LoadScopeScheduling):
+        """xdist's per-scope scheduler with a scope per build group, handed out in collection order."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # not by test count: the order above
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ByBuild(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _quiet_progress():
     # Set for the whole session (not per test) so that spawned pool workers and Ray inherit it too.
