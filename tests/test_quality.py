@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from tokenmill import quality, schema
-from tokenmill.quality import auc, hq_probability, prepare, run_quality
+from tokenmill.quality import auc, hq_probability, prepare, resolve_params, run_quality
+from tokenmill.sample.build import build_reference
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +222,86 @@ def test_bad_on_degenerate_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="on_degenerate"):
         run_quality({**PARAMS, "on_degenerate": "ignore"}, {"backend": "local", "workers": 1}, data_root=tmp_path,
                     input_stage="dedup")
+
+
+def _book_prose(text: Path, per_book: int) -> list[str]:
+    """~3,000-character pieces of the English Gutenberg books' bodies, each paragraph on one line as a web page
+    shows it (the published files are hard-wrapped)."""
+    out = []
+    for f in sorted((text / "gutenberg" / "en").glob("*.txt.gz")):
+        t = gzip.open(f, "rt", encoding="utf-8", errors="replace").read()
+        body = t[len(t) // 5: len(t) * 4 // 5]  # past the licence header, before the footer
+        paras = [" ".join(p.split()) for p in body.split("\n\n") if len(p.split()) >= 20]
+        pieces, piece = [], []
+        for para in paras:
+            piece.append(para)
+            if sum(map(len, piece)) >= 3000:
+                pieces.append("\n\n".join(piece))
+                piece = []
+        out += pieces[:per_book]
+    return out
+
+
+@pytest.fixture(scope="module")
+def project_reference(tmp_path_factory) -> str:
+    """The project's own reference corpus (standard-library documentation), as the sample stage writes it for
+    the crawl preset (2,000 documents)."""
+    out = tmp_path_factory.mktemp("sample")
+    build_reference(out, n_docs=2000)
+    return str(out / "reference" / "*.parquet")
+
+
+def test_a_prose_crawl_with_no_reference_named_is_kept_with_the_reason_and_one_warning(
+        tmp_path, text, project_reference, capsys):
+    """The crawl preset's quality section as shipped, on a crawl of real book prose: nobody named a reference,
+    the project's own cannot rank the crawl, so the crawl is kept, each decision and a metric say why, and one
+    warning line says how to name a reference. The same texts named as the reference are refused instead."""
+    crawl = _book_prose(text, 20)
+    params = resolve_params(None)  # the shipped defaults: positives.sources [sample_reference] is not in a crawl
+    params["positives"]["reference"] = project_reference
+    manifest, _ = _stage(tmp_path / "fallback", [], crawl, params)
+    metrics = json.loads((tmp_path / "fallback" / "metrics" / "quality.json").read_text())
+    # Measured: 821 pieces, spread 0.0039 (the issue's 2,540 pages: 0.0014; 424 pieces against 600: 0.0137).
+    assert metrics["reference_fallback"] is True and metrics["cut_skipped"] is True
+    assert metrics["crawl_score_spread"] < 0.02 and metrics["documents"]["out"] == len(crawl)
+    decisions = _decisions(tmp_path / "fallback")
+    assert {(v[0], v[1]) for v in decisions.values()} == {("keep", "quality_cut_skipped")}
+    assert all(json.loads(v[3])["why"].startswith("no_reference_for_this_crawl") for v in decisions.values())
+    assert manifest["training"]["positives_from"] == "project_reference"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("quality: warning:")]
+    assert len(warnings) == 1 and "quality.positives.dataset.path" in warnings[0], warnings
+    print(f"\n{len(crawl)} pieces of book prose: spread {metrics['crawl_score_spread']}")
+
+    named = {**params, "positives": {**params["positives"], "paths": [project_reference]}}
+    with pytest.raises(ValueError, match="cannot rank"):
+        _stage(tmp_path / "named", [], crawl, named)
+
+
+def _hub_layout(folder: Path, texts: list[str]) -> Path:
+    """A local dataset in the Hugging Face Hub's layout: data/<split>-00000-of-00001.parquet."""
+    (folder / "data").mkdir(parents=True)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), folder / "data" / "train-00000-of-00001.parquet")
+    return folder
+
+
+def test_a_hugging_face_dataset_is_a_reference_in_one_line(tmp_path, text):
+    """quality.positives.dataset.path names a dataset the `datasets` client reads (here a local folder in the
+    Hub's layout, offline): its texts are the positives, nothing falls back, and the cut ranks the crawl."""
+    wiki, forum, books = _wiki(text), _webtext(text, "firefox.txt")[:400], _books(text)[:300]
+    dataset = {"path": str(_hub_layout(tmp_path / "wiki", wiki[: len(wiki) // 2])), "name": None, "split": "train",
+               "revision": None, "text_field": "text"}
+    params = {**PARAMS, "positives": {"sources": [], "paths": [], "dataset": dataset, "max_examples": 5000}}
+    manifest, _ = _stage(tmp_path / "run", [], forum + books, params)
+    metrics = json.loads((tmp_path / "run" / "metrics" / "quality.json").read_text())
+    assert manifest["training"]["positives"] == len(wiki) // 2 and metrics["reference_fallback"] is False
+    assert metrics["cut_skipped"] is False
+    web = _decisions(tmp_path / "run")
+    kept = [int(k[3:]) for k, v in web.items() if v[0] == "keep"]
+    assert sum(i >= len(forum) for i in kept) / len(kept) >= len(books) / len(web) + 0.3  # books above forum posts
+
+    bad = {**params, "positives": {**params["positives"], "dataset": {**dataset, "text_field": "body"}}}
+    with pytest.raises(ValueError, match=r"quality.positives.dataset.text_field: .* has no field 'body'"):
+        _stage(tmp_path / "bad", [], forum + books, bad)

@@ -269,6 +269,12 @@ def test_the_crawl_preset_plans_on_warc_files_alone_and_a_killed_stage_is_swept(
     assert sources == {"crawl_warc"}
     params = yaml.safe_load((repo / "params.yaml").read_text())
     assert params["train"]["token_budget"] is None  # the shipped scale derives it
+    # No reference named for this crawl: the classifier's positives are the project's own corpus, and the
+    # crawl is cut only where those scores rank it (else kept with one warning line: tests/test_quality.py).
+    quality = json.loads((repo / "metrics" / "quality.json").read_text())
+    print(json.dumps({k: quality[k] for k in ("reference_fallback", "cut_skipped", "crawl_score_spread")}))
+    assert quality["reference_fallback"] is True
+    assert quality["cut_skipped"] == any(line.startswith("quality: warning:") for line in proc.stderr.splitlines())
 
     # A stage killed mid-run with its previous output intact: nothing for dvc to do, the temporary stays ...
     dedup = pq.read_table(repo / "data" / "dedup" / "documents")

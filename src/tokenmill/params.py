@@ -337,9 +337,18 @@ class Dedup(_Section):
 # quality
 
 
+class ReferenceDataset(_Section):
+    path: str | None = None       # a Hugging Face dataset (its Hub name) or a local folder in its layout
+    name: str | None = None       # its configuration, where it has several
+    split: str = "train"
+    revision: str | None = None   # the dataset repository's commit: pin it, the reference is part of the recipe
+    text_field: str = "text"
+
+
 class Positives(_Section):
     sources: list[str] = ["sample_reference"]
     paths: list[str] = []
+    dataset: ReferenceDataset = ReferenceDataset()
     reference: str | None = "data/sample/reference/*.parquet"  # null: no fallback corpus
     max_examples: Positive = 20000
 

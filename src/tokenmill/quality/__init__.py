@@ -13,7 +13,9 @@ negatives are crawl documents that are themselves being cut; scored in-sample th
 Even out of fold, a classifier that separates its training sets perfectly can put every crawl page near 0
 (it learnt "reference vs crawl", nothing that tells crawl pages apart): cutting 30% of such scores is a
 draw. So the held-out scores of the cut buckets must be spread out (score_spread >= min_score_spread), or
-the stage refuses (on_degenerate: refuse) or keeps every document with the reason recorded (skip_cut).
+the stage refuses (on_degenerate: refuse) or keeps every document with the reason recorded (skip_cut). When
+nobody named a reference (the positives are the project's own corpus, which no real crawl resembles), it keeps
+the crawl whatever on_degenerate says, with the reason, a metric and one warning line naming the way to one.
 Each document is predicted once: a scoring pass keeps every score, and the decisions are made from them.
 """
 
@@ -27,6 +29,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -99,12 +102,43 @@ def _file_texts(path: str, min_words: int) -> Iterable[str]:
     return texts
 
 
-def training_examples(input_glob: str, params: Mapping) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(doc_id, prepared text) of positives and negatives.
+def reference_dataset_texts(cfg: Mapping, max_examples: int) -> list[str]:
+    """The first max_examples texts of a Hugging Face dataset (`quality.positives.dataset`), read by the
+    maintained client in streaming mode: a Hub name downloads only what it reads, a local folder in the Hub's
+    layout (data files under it) reads the same way offline. Rows without text are skipped."""
+    import datasets
 
-    Positives: documents of `positives.sources` in the stage input, and records of `positives.paths`; when
-    neither gives any (a real crawl with no reference source), the project's own reference corpus
-    (`positives.reference`, written by the sample stage from the standard library's documentation)."""
+    key = "quality.positives.dataset"
+    try:
+        rows = datasets.load_dataset(cfg["path"], cfg.get("name"), split=cfg["split"], revision=cfg.get("revision"),
+                                     streaming=True)
+    except Exception as exc:  # the client's errors are many classes (not found, offline, bad split): name the key
+        raise ValueError(f"{key}: cannot load {cfg['path']!r} (split {cfg['split']!r}): "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    texts = []
+    for row in rows:
+        if cfg["text_field"] not in row:
+            raise ValueError(f"{key}.text_field: {cfg['path']!r} has no field {cfg['text_field']!r} "
+                             f"(its fields: {sorted(row)})")
+        if isinstance(row[cfg["text_field"]], str) and row[cfg["text_field"]].strip():
+            texts.append(row[cfg["text_field"]])
+            if len(texts) >= max_examples:
+                break
+    return texts
+
+
+# Where the positives came from: a reference the user named (sources in the input, files, a dataset), or the
+# project's own reference corpus, which resembles no real crawl and so is no reason to cut one.
+CONFIGURED, PROJECT_REFERENCE = "configured", "project_reference"
+
+
+def training_examples(input_glob: str, params: Mapping) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:
+    """(doc_id, prepared text) of positives and negatives, and where the positives came from.
+
+    Positives: documents of `positives.sources` in the stage input, records of `positives.paths` and of
+    `positives.dataset`; when none gives any (a real crawl with no reference source), the project's own
+    reference corpus (`positives.reference`, written by the sample stage from the standard library's
+    documentation)."""
     pos_cfg, neg_cfg = params["positives"], params["negatives"]
     seed, max_chars, max_examples = int(params["model"]["seed"]), int(params["max_chars"]), int(pos_cfg["max_examples"])
     con = duckdb.connect()
@@ -114,9 +148,14 @@ def training_examples(input_glob: str, params: Mapping) -> tuple[list[tuple[str,
         f"SELECT doc_id, text FROM read_parquet('{input_glob}') WHERE list_contains(?, source) "
         f"ORDER BY rank_key(doc_id) LIMIT ?", [sources, max_examples]).fetchall() if sources else []
     files = reference_file_texts(pos_cfg.get("paths") or [])[:max_examples]
-    if not pos and not files and pos_cfg.get("reference"):
+    dataset = pos_cfg.get("dataset") or {}
+    rows = reference_dataset_texts(dataset, max_examples) if dataset.get("path") else []
+    origin = CONFIGURED
+    if not pos and not files and not rows and pos_cfg.get("reference"):
         files = reference_file_texts([pos_cfg["reference"]], key="quality.positives.reference")[:max_examples]
+        origin = PROJECT_REFERENCE
     pos += [(f"reference-file:{i}", t) for i, t in enumerate(files)]
+    pos += [(f"reference-dataset:{i}", t) for i, t in enumerate(rows)]
     neg = con.execute(
         f"SELECT doc_id, text FROM read_parquet('{input_glob}') WHERE list_contains(?, bucket) "
         f"AND NOT list_contains(?, source) ORDER BY rank_key(doc_id) LIMIT ?",
@@ -125,7 +164,7 @@ def training_examples(input_glob: str, params: Mapping) -> tuple[list[tuple[str,
     if not pos or not neg:
         raise ValueError(f"quality: need positives and negatives to train, got {len(pos)} and {len(neg)} "
                          f"(positives.sources={sources}, negatives.buckets={neg_cfg['buckets']})")
-    return [(d, prepare(t, max_chars)) for d, t in pos], [(d, prepare(t, max_chars)) for d, t in neg]
+    return [(d, prepare(t, max_chars)) for d, t in pos], [(d, prepare(t, max_chars)) for d, t in neg], origin
 
 
 def train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: Path) -> dict:
@@ -275,8 +314,9 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
     min_spread = float(params["min_score_spread"])
     with StageRun("quality", data_root / "quality", dict(params), input_stage=input_stage,
                   libraries=("fasttext-numpy2", "numpy")) as run:
-        pos, neg = training_examples(input_glob, params)
-        run.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds}
+        pos, neg, origin = training_examples(input_glob, params)
+        run.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds, "positives_from": origin}
+        run.metrics["reference_fallback"] = origin == PROJECT_REFERENCE
         for k in range(folds):
             log_phase("quality", f"training fold model {k + 1}/{folds} ({len(pos)} positives, {len(neg)} negatives)")
             train([t for d, t in pos if fold_of(seed, d, folds) != k], [t for d, t in neg if fold_of(seed, d, folds) != k],
@@ -307,11 +347,20 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
             why = (f"held-out scores of the {scores.size} documents in the cut buckets cannot rank them: 90th - "
                    f"10th percentile of P(hq) = {spread:.4f} < min_score_spread {min_spread} (range "
                    f"{scores.min():.4f}..{scores.max():.4f}); a cut would be decided by noise")
-            if on_degenerate == "refuse":
+            if origin == PROJECT_REFERENCE:
+                # Nobody named a reference for this crawl: keeping it is the honest default, not a cut by noise
+                # and not a stop on the first real crawl a user brings.
+                skipped = f"no_reference_for_this_crawl: spread {spread:.4f} < {min_spread}"
+                print(f"quality: warning: the crawl is kept uncut: the project's own reference corpus (the standard "
+                      f"library's documentation) cannot rank it (spread {spread:.4f} < min_score_spread {min_spread}); "
+                      f"name a reference suited to it: -S quality.positives.dataset.path=<Hugging Face dataset or "
+                      f"folder>, or text files under data/user/reference/ in quality.positives.paths", file=sys.stderr)
+            elif on_degenerate == "refuse":
                 raise ValueError(f"quality: {why}. Give the classifier reference text closer to the good part of "
                                  f"the crawl, or set quality.on_degenerate: skip_cut to keep every document")
-            skipped = f"degenerate_scores: spread {spread:.4f} < {min_spread}"
-            log_phase("quality", f"cut skipped: {why}")
+            else:
+                skipped = f"degenerate_scores: spread {spread:.4f} < {min_spread}"
+                log_phase("quality", f"cut skipped: {why}")
         if skipped:
             cutoff = 0.0
         elif keep["mode"] == "threshold":
@@ -325,7 +374,7 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
         run.metrics["cut_skipped"] = skipped is not None
         proc_params = {"cut_buckets": list(params["cut_buckets"]), "_scores_dir": str(scratch), "_cutoff": cutoff,
                        "_cut_skipped": skipped}
-        map_document_shards(run, input_stage, "tokenmill.quality:QualityProcessor", proc_params, execution_cfg,
+        map_document_shards(run, input_stage, QualityProcessor, proc_params, execution_cfg,
                             data_root)
         shutil.rmtree(scratch)  # scratch, not output: the decisions hold every score
     return run.manifest
