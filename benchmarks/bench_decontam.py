@@ -80,7 +80,7 @@ def child(name: str, work: Path) -> dict:
     if name in ("new", "old", "before"):
         import pyarrow.parquet as pq
 
-        from tokenmill import docstage
+        from tokenmill import decontam, docstage
         from tokenmill.decontam import run_decontaminate
         from tokenmill.decontam.stage import resolve_params
 
@@ -92,7 +92,9 @@ def child(name: str, work: Path) -> dict:
         params = resolve_params({**(OLD_PARAMS if name == "old" else {}), "benchmarks": benchmarks})
         # The processor (and its index) alone first: the stage then finds it in docstage's per-worker cache,
         # so its time is the matching and the stage's reading and writing.
-        b = _timed(lambda: docstage._processor("tokenmill.decontam:DecontamProcessor", dict(params)))
+        # The class itself (older trees, which this script also times, named it by a "module:Class" string).
+        processor = decontam.DecontamProcessor if hasattr(docstage, "Processor") else "tokenmill.decontam:DecontamProcessor"
+        b = _timed(lambda: docstage._processor(processor, dict(params)))
         proc = b["result"]
         r = _timed(lambda: run_decontaminate(params, one, data_root="data", input_stage="ingest"))
         manifest = r["result"]

@@ -533,7 +533,7 @@ def test_filter_stage_through_docstage(conf, tmp_path, monkeypatch, text_dir, ba
     data = tmp_path / "data"
     schema.write_parquet(rows, schema.DOCUMENT, data / "ingest" / "documents" / "x.parquet")
     monkeypatch.chdir(tmp_path)
-    manifest = run_document_stage("filter", "ingest", "tokenmill.filters:FilterProcessor", conf,
+    manifest = run_document_stage("filter", "ingest", FilterProcessor, conf,
                                   {"backend": "local", "workers": 1}, data_root=data)
 
     decisions = pq.read_table(data / "filter" / "decisions" / "x.parquet").to_pylist()

@@ -424,13 +424,15 @@ def test_per_document_stages_and_lineage_survive_the_fuzzed_corpus(fuzz):
     from tokenmill import lineage
     from tokenmill.dedup import run_dedup
     from tokenmill.docstage import run_document_stage
+    from tokenmill.filters import FilterProcessor
+    from tokenmill.pii import PIIProcessor
 
     root = fuzz["root"] / "run"
     data = root / "data"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        run_document_stage("filter", "ingest", "tokenmill.filters:FilterProcessor", {}, {"workers": 2}, data)
-        run_document_stage("pii", "filter", "tokenmill.pii:PIIProcessor", {}, {"workers": 2}, data)
+        run_document_stage("filter", "ingest", FilterProcessor, {}, {"workers": 2}, data)
+        run_document_stage("pii", "filter", PIIProcessor, {}, {"workers": 2}, data)
         run_dedup({}, {"workers": 2}, data_root=data, input_stage="pii")
         result = lineage.run_lineage(fuzz["sources"], data_root=data, out_dir=root / "lineage", last_stage="dedup")
     assert result["problems"] == []

@@ -520,7 +520,7 @@ def test_stage_keeps_doc_ids_and_writes_a_decision_per_document(tmp_path, monkey
             for i, t in enumerate(texts)]
     schema.write_parquet(rows, schema.DOCUMENT, tmp_path / "data/filter/documents/x.parquet")
     params = {"tokens": {"phone": "<TEL>"}}
-    manifest = run_document_stage("pii", "filter", "tokenmill.pii:PIIProcessor", params,
+    manifest = run_document_stage("pii", "filter", PIIProcessor, params,
                                   {"backend": "local", "workers": 1}, data_root=tmp_path / "data")
     docs = pq.read_table(tmp_path / "data/pii/documents/x.parquet").to_pylist()
     decisions = {d["doc_id"]: d for d in pq.read_table(tmp_path / "data/pii/decisions/x.parquet").to_pylist()}

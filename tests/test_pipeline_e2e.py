@@ -132,6 +132,10 @@ def test_demo_dag(demo):
     # Every stage that ran left its run record: the audit's stage_runs has a row for each (issue 11, item 4).
     # The seed replica of the first rung (TEST_SCOUTS: seeds 2) has its own run record.
     assert {s for (s,) in con.execute("SELECT stage FROM stage_runs").fetchall()} == set(STAGES) | {"scout@s1#seed1"}
+    # One record format, written by one function (runtime.run_record): training's rows name their code files
+    # and host like every other stage's.
+    partial = con.execute("SELECT stage FROM stage_runs WHERE host IS NULL OR code_files IN ('null', '[]')").fetchall()
+    assert partial == [], partial
     # Every planted case is scored by the lineage stage (src/tokenmill/lineage/planted.py): none may be
     # handled wrongly, and for every kind most must have reached the stage meant to catch them (the rest were
     # removed by an earlier stage, so never reach training either).

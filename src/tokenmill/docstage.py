@@ -1,6 +1,7 @@
 """The one loop for per-document stages: read a document shard, decide per document, write two shards.
 
-A stage supplies a processor: a class built once per worker from the stage's params, called on each
+A stage supplies a processor class (Processor below), passed as the class itself so that a reader follows
+the import from the stage to its rules: built once per worker from the stage's params, called on each
 document, returning an Outcome (or, with a `batch` method, given all of a shard's documents and yielding
 their Outcomes in order; or, with a `texts` method, given only their texts — a processor that decides from
 the text alone and never modifies it, so no document becomes a Python dict). This module does the rest the
@@ -17,13 +18,12 @@ written by schema.write_parquet; kept rows otherwise are slices of the input tab
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,24 +42,34 @@ class Outcome:
     text: str | None = None  # the new text, for action modify
 
 
+class Processor(Protocol):
+    """What a per-document stage gives the loop: a class built from the stage's params (once per worker
+    process), deciding with the first of these methods it has:
+    - texts(texts: list[str]) -> Iterable[Outcome], from the texts alone, never modifying them;
+    - batch(docs: list[dict]) -> Iterable[Outcome], all of a shard's documents at once;
+    - __call__(doc: dict) -> Outcome, one document at a time.
+    A processor is pure: what it returns is its decision, with the reason and every score it measured."""
+
+    def __init__(self, params: Mapping[str, Any]) -> None: ...
+
+
 @dataclass
 class ShardTask:
     stage: str
-    processor: str  # "module:Class"
+    processor: type[Processor]  # pickled by reference: a worker imports its module
     params: dict
     input_path: str
     out_dir: str
 
 
-_PROCESSORS: dict[tuple[str, str], Any] = {}
+_PROCESSORS: dict[tuple[type, str], Any] = {}
 
 
-def _processor(spec: str, params: dict):
+def _processor(cls: type[Processor], params: dict):
     # Built once per worker process: models and block-lists load once, not once per shard.
-    key = (spec, repr(sorted(params.items())))
+    key = (cls, repr(sorted(params.items())))
     if key not in _PROCESSORS:
-        module, name = spec.split(":")
-        _PROCESSORS[key] = getattr(importlib.import_module(module), name)(params)
+        _PROCESSORS[key] = cls(params)
     return _PROCESSORS[key]
 
 
@@ -113,11 +123,10 @@ def _write_kept(input_path: str, source: pq.ParquetFile, table: pa.Table, docs: 
         schema.write_parquet(kept, schema.DOCUMENT, target)
 
 
-def map_document_shards(run: StageRun, input_stage: str, processor: str, params: Mapping,
+def map_document_shards(run: StageRun, input_stage: str, processor: type[Processor], params: Mapping,
                         execution_cfg: Mapping | None, data_root: str | Path = "data") -> None:
     """Apply `processor` to every document shard of `input_stage`, writing into `run`'s output."""
     data_root = Path(data_root)
-    importlib.import_module(processor.split(":")[0])  # here too, so the run record's code covers it
     shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
     run.input_hashes[input_stage] = input_id(data_root / input_stage)
     tasks = [ShardTask(run.stage, processor, dict(params), str(p), str(run.tmp)) for p in shards]
@@ -126,7 +135,7 @@ def map_document_shards(run: StageRun, input_stage: str, processor: str, params:
             run.add_counts(result["counts"])
 
 
-def run_document_stage(stage: str, input_stage: str, processor: str, params: Mapping,
+def run_document_stage(stage: str, input_stage: str, processor: type[Processor], params: Mapping,
                        execution_cfg: Mapping | None, data_root: str | Path = "data",
                        libraries: tuple[str, ...] = ()) -> dict:
     """Run `processor` over every document shard of `input_stage`; outputs go to data_root/stage.

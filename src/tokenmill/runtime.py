@@ -329,6 +329,36 @@ def _split_timing(obj: Any, timing: dict, path: str = "") -> Any:
     return out
 
 
+def run_record(stage: str, params: Mapping[str, Any], inputs: Mapping[str, str], libraries: tuple[str, ...] | list[str],
+               started: float, *, input_stage: str | None, digest: str, counts: Mapping, timing: Mapping,
+               **more: Any) -> dict:
+    """The run record, runs/<stage>.json, of every stage (the training stage's too): the run id (parameters,
+    inputs' digests, the stage's own code, the versions of the libraries that shape its output), the code
+    files, seconds since `started` (time.perf_counter), argv, host and time; `more` adds stage-specific fields."""
+    files = code_files()
+    versions = library_versions(libraries)
+    code = code_version(files)
+    return {
+        "stage": stage,
+        "run_id": run_id(params, inputs, code, versions),
+        "input_stage": input_stage,
+        "params": dict(params),
+        "inputs": dict(sorted(inputs.items())),
+        "code_version": code,
+        "code_files": [str(p.relative_to(PACKAGE_DIR.parent)) if p.is_relative_to(PACKAGE_DIR.parent) else p.name
+                       for p in files],
+        "versions": versions,
+        "digest": digest,
+        "counts": dict(counts),
+        "seconds": round(time.perf_counter() - started, 3),
+        "timing": dict(timing),
+        "argv": sys.argv,
+        **more,
+        "host": platform.node(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 class StageRun:
     """Context for one stage execution: a temporary output dir, counters, the manifest and the run record.
 
@@ -404,27 +434,8 @@ class StageRun:
         os.replace(self.tmp, self.out_dir)
         shutil.rmtree(old, ignore_errors=True)
 
-        files = code_files()
-        versions = library_versions(self.libraries)
-        code = code_version(files)
-        record = {
-            "stage": self.stage,
-            "run_id": run_id(self.params, self.input_hashes, code, versions),
-            "input_stage": self.input_stage,
-            "params": self.params,
-            "inputs": dict(sorted(self.input_hashes.items())),
-            "code_version": code,
-            "code_files": [str(p.relative_to(PACKAGE_DIR.parent)) if p.is_relative_to(PACKAGE_DIR.parent)
-                           else p.name for p in files],
-            "versions": versions,
-            "digest": digest,
-            "counts": counts,
-            "seconds": round(time.perf_counter() - self.started, 3),
-            "timing": timing,
-            "argv": sys.argv,
-            "host": platform.node(),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        record = run_record(self.stage, self.params, self.input_hashes, self.libraries, self.started,
+                            input_stage=self.input_stage, digest=digest, counts=counts, timing=timing)
         write_json(self.runs_dir / f"{self.stage}.json", record)
         # Metrics hold only deterministic numbers so `dvc metrics diff` compares like with like.
         documents = {"documents": counts} if self.reasons else {}  # only stages that decide per document

@@ -32,6 +32,7 @@ from typing import Iterable
 
 import numpy as np
 
+from tokenmill.rolling import span_sums
 from tokenmill.textcut import whitespace_pieces
 
 P = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplication by it is a bijection mod 2^64
@@ -176,34 +177,12 @@ def _segment(joined: str, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return cp, np.flatnonzero(start), np.flatnonzero(end) + 1, where
 
 
-@lru_cache(maxsize=4)
-def _char_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(K * Q^i, Q^-i) mod 2^64 for i < n (n a power of two)."""
-    fwd, inv = np.empty(n, np.uint64), np.empty(n, np.uint64)
-    fwd[0], inv[0] = _CHAR_K, 1
-    if n > 1:  # unsigned multiplication wraps modulo 2^64, as intended
-        fwd[1:] = np.multiply.accumulate(np.full(n - 1, _CHAR_Q, np.uint64)) * np.uint64(_CHAR_K)
-        inv[1:] = np.multiply.accumulate(np.full(n - 1, pow(_CHAR_Q, -1, 1 << 64), np.uint64))
-    fwd.setflags(write=False)
-    inv.setflags(write=False)
-    return fwd, inv
-
-
-_CHAR_K, _CHAR_Q = 0x2545F4914F6CDD1D, 0x5851F42D4C957F2D  # odd constants of the word hash
-
-
 def _hash_words(cp: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """64-bit hash of each word cp[starts[i]:ends[i]]: sum cp_j * K * Q^(j - start) + length, then mixed.
-    One cumulative sum serves every word: a word's sum is the difference of two prefix sums, times
-    Q^-start (Q is odd, so invertible mod 2^64). Three passes over the characters, where a sum per word
-    (np.add.reduceat over per-word positions) took eight."""
+    """64-bit hash of each word cp[starts[i]:ends[i]]: its rolling sum (tokenmill.rolling) + its length, then
+    mixed."""
     if not len(starts):
         return np.empty(0, np.uint64)
-    fwd, inv = _char_powers(1 << max(len(cp) - 1, 1).bit_length())
-    prefix = np.empty(len(cp) + 1, np.uint64)
-    prefix[0] = 0
-    np.cumsum(cp * fwd[:len(cp)], out=prefix[1:])  # uint32 * uint64 -> uint64, wrapping modulo 2^64
-    h = (prefix[ends] - prefix[starts]) * inv[starts]
+    h = span_sums(cp, starts, ends)
     h += (ends - starts).astype(np.uint64)
     h ^= h >> np.uint64(31)  # one round of a 64-bit mixer: every bit of the sum reaches the top bits
     h *= np.uint64(0xBF58476D1CE4E5B9)

@@ -193,7 +193,7 @@ def run_decontaminate(params: Mapping[str, Any], execution_cfg: Mapping | None, 
     digests = benchmark_digests(p)  # also fails here, in one line, on a missing benchmark (not in every worker)
     with StageRun(STAGE, Path(data_root) / STAGE, p, input_stage=input_stage) as run:
         run.input_hashes.update(digests)  # a changed benchmark file is a new run
-        map_document_shards(run, input_stage, "tokenmill.decontam:DecontamProcessor", p, execution_cfg, data_root)
+        map_document_shards(run, input_stage, DecontamProcessor, p, execution_cfg, data_root)
         stats = write_contamination(run.tmp)  # inside the run: the table lands before the rename
         run.metrics["contamination"] = stats
         run.extra["contamination"] = stats

@@ -40,6 +40,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from tokenmill.rolling import span_sums
 from tokenmill.textcut import whitespace_pieces
 
 WORD = re.compile(r"\w+")
@@ -53,8 +54,6 @@ _POSITION_MULTIPLIERS = np.array([
     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9,
     0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5, 0xA0761D6478BD642F, 0xE7037ED1A0B428DB,
 ], dtype=np.uint64)
-_CHAR_K = 0x2545F4914F6CDD1D  # odd: spreads a code point over 64 bits
-_CHAR_Q = 0x5851F42D4C957F2D  # odd: the polynomial base
 # Characters per batch: ~700 documents of 700 characters; the arrays of a batch take ~40 bytes per
 # character (20 MB); 2^15 to 2^19 characters ran at the same speed. A longer document is cut at whitespace
 # into pieces of about this size.
@@ -121,19 +120,6 @@ def _table_values(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return v, np.fromiter(map(len, texts), np.int64, len(texts))
 
 
-@lru_cache(maxsize=4)
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(K * Q^i, Q^-i) mod 2^64 for i < n (n a power of two: few distinct sizes are cached)."""
-    fwd, inv = np.empty(n, np.uint64), np.empty(n, np.uint64)
-    fwd[0], inv[0] = _CHAR_K, 1
-    if n > 1:  # unsigned multiplication wraps modulo 2^64, as intended
-        fwd[1:] = np.multiply.accumulate(np.full(n - 1, _CHAR_Q, dtype=np.uint64)) * _U64(_CHAR_K)
-        inv[1:] = np.multiply.accumulate(np.full(n - 1, pow(_CHAR_Q, -1, 1 << 64), dtype=np.uint64))
-    fwd.setflags(write=False)
-    inv.setflags(write=False)
-    return fwd, inv
-
-
 def _fmix64(h: np.ndarray) -> np.ndarray:
     """MurmurHash3's 64-bit finalizer, in place."""
     h ^= h >> _U64(33)
@@ -152,11 +138,7 @@ def _batch_word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     mask = v != 0
     edges = np.flatnonzero(mask[1:] != mask[:-1]) + 1
     starts, ends = edges[0::2], edges[1::2]
-    fwd, inv = _powers(1 << max(len(v) - 1, 1).bit_length())
-    prefix = np.empty(len(v) + 1, np.uint64)
-    prefix[0] = 0
-    np.cumsum(v * fwd[:len(v)], out=prefix[1:])  # uint32 * uint64 -> uint64, wrapping modulo 2^64
-    wh = _fmix64((prefix[ends] - prefix[starts]) * inv[starts])
+    wh = _fmix64(span_sums(v, starts, ends))
     # Text j occupies [offsets[j] - lengths[j] - 1, offsets[j]) of the joined code points.
     offsets = np.cumsum(lengths + 1)
     counts = np.bincount(np.searchsorted(offsets, starts, side="right"), minlength=len(texts))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -268,17 +267,12 @@ def _version(package: str) -> str:
 
 
 def _write_outputs(out_dir: Path, results: dict, logs: dict[str, list[dict]]) -> None:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    (tmp / "samples").mkdir(parents=True)
+    # Written in place: the stage's StageRun gives it a fresh temporary folder and swaps that in whole.
+    tmp = out_dir
+    (tmp / "samples").mkdir(parents=True, exist_ok=True)
     (tmp / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True, allow_nan=False) + "\n")
     for task, rows in logs.items():
         with open(tmp / "samples" / f"{task}.jsonl", "w", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
 

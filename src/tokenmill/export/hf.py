@@ -22,7 +22,6 @@ two models compute the same thing (the export test checks logits on such text).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -262,11 +261,9 @@ def export_run(run_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Pa
     hf_weights = to_hf_state_dict(weights, cfg)
     config = hf_config(cfg, vocab, int(meta["seq_len"]), eos, ids["bos"], ids["pad"])
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)  # what a killed export left
-    tmp.mkdir()
+    # Written in place: the stage's StageRun gives it a fresh temporary folder and swaps that in whole.
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir
     save_file(hf_weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     _write_json(tmp / "config.json", config)
     # Greedy by default and no BOS: the model never saw one (documents are separated by end-of-text only).
@@ -282,9 +279,6 @@ def export_run(run_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Pa
         "document_mask_dropped": cfg.document_mask, "model": cfg.model_dump(),
     }
     _write_json(tmp / "export.json", summary)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
     return summary
 
 

@@ -13,11 +13,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill.lineage.connect import DB_NAME, connect as connect  # re-exported: the read-only, sealed connection
 from tokenmill.lineage.planted import build_planted
 from tokenmill.runtime import StageRun, input_id, read_manifest, stage_chain, write_plot_rows
 from tokenmill.params import defaults, resolve
 
-DB_NAME = "lineage.duckdb"
 # The stage's parameters and their defaults: the `lineage:` of conf/config.yaml (tests/test_config.py keeps
 # the two equal). ground_truth is the embedded corpus's planted cases, scored when the file is present; null
 # scores none.
@@ -275,8 +275,6 @@ def run_lineage(sources_cfg: dict, data_root: str | Path, out_dir: str | Path, l
         run.extra["conservation_violations"] = problems
     return {"manifest": run.manifest, "problems": problems, "planted_wrong": run.manifest.get("planted_wrong", [])}
 
-
-from tokenmill.lineage.connect import connect  # noqa: E402  (read-only, sealed: see connect.py)
 
 
 def step_spans(con: duckdb.DuckDBPyConnection, window: int) -> tuple[int, list[tuple]]:

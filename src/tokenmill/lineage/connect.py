@@ -15,7 +15,7 @@ from typing import Mapping
 import duckdb
 import pyarrow as pa
 
-from tokenmill.lineage import DB_NAME  # defined before tokenmill.lineage imports this module
+DB_NAME = "lineage.duckdb"  # under the lineage stage's output folder
 
 # Set when the connection opens: no extension is installed or loaded behind a query's back.
 _OPEN_CONFIG = {

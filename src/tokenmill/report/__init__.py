@@ -18,7 +18,6 @@ and clean columns. An input that does not exist yet (no evaluation, no forecast)
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -52,7 +51,7 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     db = Path(lineage_db) if lineage_db else project / "lineage" / DB_NAME
     forecast_path = Path(forecast) if forecast else None
     evaluation_path = Path(evaluation) if evaluation else None
-    tmp, plots = start(out_dir)
+    plots = start(out_dir)
 
     # The training tables come from this project's data/train, wherever the database file lies.
     con = connect(db, extra=audit_tables(project))  # FileNotFoundError naming a missing database
@@ -71,29 +70,25 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     rows = ladder_table(ladder, CANDIDATES)
     built.append(S.signal_noise(ladder, rows, decision_metric(rows)))
 
-    return publish(tmp, out_dir, title, built, "report.json", forecast_comparison=comparison)
+    return publish(out_dir, title, built, "report.json", forecast_comparison=comparison)
 
 
-def start(out_dir: Path) -> tuple[Path, S.Plots]:
-    """A page's folder is written under a temporary name (out_dir is replaced whole by `publish`)."""
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    return tmp, S.Plots(tmp)
+def start(out_dir: Path) -> S.Plots:
+    """A page's folder, emptied: a page replaces the last one whole. The report stage passes its StageRun's
+    fresh temporary folder, which the StageRun swaps in (one swap, the stage contract's)."""
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    return S.Plots(out_dir)
 
 
-def publish(tmp: Path, out_dir: Path, title: str, built: list[S.Section], summary_name: str, **extra) -> dict:
-    """index.html and the summary (which sections were built, which not and why, the images, `extra`) into tmp,
-    then tmp renamed to out_dir."""
-    (tmp / "index.html").write_text(render(title, built), encoding="utf-8")
+def publish(out_dir: Path, title: str, built: list[S.Section], summary_name: str, **extra) -> dict:
+    """index.html and the summary (which sections were built, which not and why, the images, `extra`)."""
+    (out_dir / "index.html").write_text(render(title, built), encoding="utf-8")
     summary = {"sections": {s.key: s.status for s in built},
                "not_run": {s.key: s.note for s in built if s.status != "ok"},
                "images": sorted(f"plots/{i}" for s in built for i in s.images), **extra}
-    (tmp / summary_name).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    (out_dir / summary_name).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 

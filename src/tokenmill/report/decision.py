@@ -115,7 +115,7 @@ def build_decision_page(out_dir: str | Path, comparisons: Sequence[Mapping], dat
                         title: str = "tokenmill: which experiment to take") -> dict:
     """Write the page; return {sections, not_run, images} as the report does."""
     out_dir, project = Path(out_dir), Path(project)
-    tmp, plots = start(out_dir)
+    plots = start(out_dir)
     built = [ranking(plots, r, data, i) for i, r in enumerate(comparisons)]
     if searches:
         built += [search_section(plots, json.loads(Path(p).read_text()), i) for i, p in enumerate(searches)]
@@ -123,4 +123,4 @@ def build_decision_page(out_dir: str | Path, comparisons: Sequence[Mapping], dat
         built.append(S._not_run(S.Section("search", "Mixture search"),
                                 "no searches/*.json here: `tokenmill search` has not run"))
     built.append(forecast_section(plots, project, project / "data" / "forecast" / "prediction.json")[0])
-    return publish(tmp, out_dir, title, built, "decision.json")
+    return publish(out_dir, title, built, "decision.json")

@@ -34,11 +34,8 @@ from typing import Mapping
 from tokenmill.execution.lifetime import die_with_parent, end_with_launcher
 from tokenmill.runtime import (
     clean_leftovers,
-    code_files,
-    code_version,
     input_id,
-    library_versions,
-    run_id,
+    run_record,
     sha1_file,
     write_json,
 )
@@ -285,15 +282,8 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
         write_json(metrics_path, {metrics_group: metrics} if metrics_group else metrics)
 
     live_metrics = live_dir / "metrics.json" if live_dir is not None else None
-    files = code_files()
-    versions = library_versions(("torch", "numpy", "safetensors", "dvclive"))
-    code = code_version(files)
-    write_json(Path(runs_dir) / f"{stage}.json", {
-        "stage": stage, "run_id": run_id(run_cfg, inputs, code, versions), "input_stage": plan_stage,
-        "params": run_cfg, "inputs": inputs, "code_version": code, "versions": versions, "digest": digest,
-        "counts": {}, "seconds": round(time.perf_counter() - started, 3),
-        "timing": json.loads(live_metrics.read_text()).get("perf", {}) if live_metrics and live_metrics.exists() else {},
-        "argv": sys.argv, "command": cmd, "log": str(log),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
+    perf = json.loads(live_metrics.read_text()).get("perf", {}) if live_metrics and live_metrics.exists() else {}
+    write_json(Path(runs_dir) / f"{stage}.json", run_record(
+        stage, run_cfg, inputs, ("torch", "numpy", "safetensors", "dvclive"), started, input_stage=plan_stage,
+        digest=digest, counts={}, timing=perf, command=cmd, log=str(log)))
     return summary
