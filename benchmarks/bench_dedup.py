@@ -6,7 +6,9 @@ documents out of core, and datatrove's MinHash dedup side by side on the same do
 
 Real text: Project Gutenberg books read in place from ../shared/data/text/gutenberg/en, split into paragraphs.
 datatrove runs from a separate virtualenv (default /tmp/dtvenv: `python -m venv /tmp/dtvenv &&
-/tmp/dtvenv/bin/pip install datatrove regex tokenizers xxhash pyarrow`); it is never installed into .venv.
+/tmp/dtvenv/bin/pip install datatrove regex tokenizers "xxhash<4" pyarrow`; xxhash 4 breaks datatrove's MinHash:
+"Strings must be encoded before hashing"); it is never installed into .venv. benchmarks/bench_stages.py runs
+section 4 (bench_datatrove) too, beside its filter and PII comparisons.
 Prints a Markdown section for benchmarks/RESULTS.md and writes the numbers as JSON next to --work.
 """
 
@@ -137,6 +139,12 @@ def _previous_minhash():
     spec.loader.exec_module(module)
     path.unlink()
     return module
+
+
+def _cpu_seconds() -> float:
+    """User + system seconds of this process (all threads) and its finished children."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _timed(fn) -> float:
@@ -290,7 +298,7 @@ def bench_clustering(work: Path, n_docs: int, memory_limit: str, threads: int) -
 # --- 4. datatrove side by side ---------------------------------------------------------------------------
 
 DATATROVE_DRIVER = textwrap.dedent('''
-    import json, sys, time
+    import json, resource, sys, time
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.dedup import MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter, \\
         MinhashDedupSignature
@@ -313,12 +321,16 @@ DATATROVE_DRIVER = textwrap.dedent('''
 
     inp, work, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
     cfg = MinhashConfig()  # 5-grams, 14 buckets x 8 hashes
-    t = {}
+    t, cpu = {}, {}
+    def cpu_s():  # user + system seconds of this process and its finished children (pool workers)
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
     def run(name, pipeline, tasks):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_s()
         LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers, logging_dir=f"{work}/logs/{name}",
                               start_method="fork").run()
         t[name] = round(time.perf_counter() - t0, 2)
+        cpu[name] = round(cpu_s() - c0, 2)
     run("signatures", [ParquetReader(inp), MinhashDedupSignature(f"{work}/sigs", config=cfg, language=Whitespace())],
         workers)
     run("buckets", [MinhashDedupBuckets(f"{work}/sigs", f"{work}/buckets", config=cfg)], cfg.num_buckets)
@@ -326,7 +338,8 @@ DATATROVE_DRIVER = textwrap.dedent('''
     run("filter", [ParquetReader(inp), MinhashDedupFilter(f"{work}/remove",
                    exclusion_writer=JsonlWriter(f"{work}/removed")), JsonlWriter(f"{work}/kept")], workers)
     t["total"] = round(sum(t.values()), 2)
-    print(json.dumps(t))
+    cpu["total"] = round(sum(cpu.values()), 2)
+    print(json.dumps({**t, "cpu": cpu}))
 ''')
 
 
@@ -367,10 +380,11 @@ def bench_datatrove(paras: list[str], work: Path, python: str, workers: int) -> 
     cwd = os.getcwd()
     os.chdir(work)  # StageRun writes metrics/ here, not into the project
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_seconds()
         m = run_dedup({"lines": {"enabled": False}}, {"backend": "local", "workers": workers},
                       data_root=work / "tm", input_stage="input")
         res["tokenmill_s"] = round(time.perf_counter() - t0, 2)
+        res["tokenmill_cpu_s"] = round(_cpu_seconds() - c0, 2)
     finally:
         os.chdir(cwd)
     res["tokenmill_removed"] = m["counts"]["by_action"].get("drop", 0)
@@ -404,6 +418,7 @@ def bench_datatrove(paras: list[str], work: Path, python: str, workers: int) -> 
         res["datatrove"] = "failed: " + out.stderr[-2000:]
         return res
     res["datatrove_s"] = json.loads(out.stdout.strip().splitlines()[-1])
+    res["datatrove_cpu_s"] = res["datatrove_s"].pop("cpu")
     removed_dt = set()
     for f in (work / "dt" / "removed").glob("*.jsonl.gz"):
         with gzip.open(f, "rt") as fh:
@@ -412,7 +427,8 @@ def bench_datatrove(paras: list[str], work: Path, python: str, workers: int) -> 
                              capture_output=True, text=True).stdout.strip()
     res.update(datatrove_version=version, datatrove_removed=len(removed_dt), datatrove_caught=caught(removed_dt),
                removed_by_both=len(removed_tm & removed_dt),
-               speedup=round(res["datatrove_s"]["total"] / res["tokenmill_s"], 2))
+               speedup=round(res["datatrove_s"]["total"] / res["tokenmill_s"], 2),
+               cpu_speedup=round(res["datatrove_cpu_s"]["total"] / res["tokenmill_cpu_s"], 2))
     log(f"datatrove: {res}")
     return res
 

@@ -1,6 +1,8 @@
 """Curation stages on real documents: documents per second per core, and datatrove side by side.
 
-    python benchmarks/bench_stages.py [--repeat N] [--wait-quiet S] [--datatrove-python PATH] [--out FILE] [--keep]
+    python benchmarks/bench_stages.py [--repeat N] [--wait-quiet S] [--datatrove-python PATH] [--no-dedup]
+                                      [--dedup-workers N] [--out FILE] [--keep]
+    python benchmarks/bench_stages.py --report-from /tmp/bench_stages_XXXX/results.json [--out FILE]
 
 One run, one workload, in a temporary directory (stages write data/ and metrics/ relative to the working
 directory, so every subprocess runs there):
@@ -12,26 +14,37 @@ directory, so every subprocess runs there):
    (400 evenly spaced stories from each of rural and science), all read in place and written as JSONL into
    the temporary directory, then ingested with tokenmill's run_ingest into Parquet document shards.
 2. tokenmill stages, each on the previous stage's output, with execution {backend: local, workers: 1}
-   (inline: per-core figures): filter, pii, dedup, quality, decontaminate; filter again with workers: 2.
-   Parameters: params.yaml's sections, with three changes that the workload needs: filter.licences.allow
-   lists the workload's licences; quality.positives.sources = [wikitext, gutenberg] (negatives: the web
-   bucket); decontaminate.benchmarks = GSM8K test, MMLU test and the HellaSwag validation subset.
+   (inline: per-core figures): filter, pii, dedup, quality, decontaminate. Parameters: params.yaml's sections,
+   with three changes that the workload needs: filter.licences.allow lists the workload's licences;
+   quality.positives.sources = [wikitext, gutenberg] (negatives: the web bucket); decontaminate.benchmarks =
+   GSM8K test, MMLU test and the HellaSwag validation subset. The filter stage runs in two configurations:
+   - equal work (the rows compared with datatrove; 1 and 2 workers): filter.buckets = {} so every rule group
+     runs on every document whatever its bucket (the shipped params switch C4 and FineWeb off for `books`,
+     the Gutenberg pieces), and filter.language.max_chars = WHOLE_TEXT_CHARS so language ID reads the whole
+     text, as datatrove's LanguageFilter does (the shipped params read the first 3,000 characters); output
+     under data_equal/;
+   - shipped defaults (params.yaml as it is; 1 worker): its output is what pii and the later stages read.
 3. datatrove (a separate interpreter, --datatrove-python, that has datatrove installed; tokenmill's
    virtualenv never imports it; default /tmp/dtvenv: `python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install
-   datatrove fasttext-numpy2-wheel tldextract pyahocorasick fasteners orjson regex`) on the same documents,
-   exported to JSONL: URLFilter, LanguageFilter (lid.176, the fastText model file tokenmill itself loads),
-   GopherRepetitionFilter, GopherQualityFilter, C4QualityFilter, FineWebQualityFilter in one
-   LocalPipelineExecutor run (1 task, 1 worker), with tokenmill's thresholds where a parameter maps; and
-   PIIFormatter on the pii stage's input.
+   datatrove regex tokenizers "xxhash<4" pyarrow fasttext-numpy2-wheel tldextract pyahocorasick fasteners
+   orjson`; xxhash 4 breaks datatrove's MinHash) on the same documents, exported to JSONL: URLFilter,
+   LanguageFilter (lid.176, the fastText model file tokenmill itself loads), GopherRepetitionFilter,
+   GopherQualityFilter, C4QualityFilter, FineWebQualityFilter in one LocalPipelineExecutor run (1 task,
+   1 worker), with tokenmill's thresholds where a parameter maps; and PIIFormatter on the pii stage's input.
 4. The same filters and PII code in memory, without reading or writing (documents already loaded), so the
-   per-document cost can be compared apart from Parquet vs JSONL I/O. datatrove's filters run twice: stopping
-   at the first failing filter (as its pipeline does) and running every filter on every document (as
-   tokenmill's filter stage does, to record every measure for threshold studies).
+   per-document cost can be compared apart from Parquet vs JSONL I/O: tokenmill's FilterProcessor in both
+   configurations; datatrove's filters twice, stopping at the first failing filter (as its pipeline does) and
+   calling every filter on every document (each datatrove filter still returns at its own first failing check).
+5. dedup side by side (unless --no-dedup): bench_dedup.py's datatrove comparison (its section 4:
+   bench_dedup.bench_datatrove, tokenmill's dedup stage vs datatrove's four MinHash steps on ~38k Gutenberg
+   paragraphs with planted copies), run in a child of this invocation with --dedup-workers workers each.
 
 Every configuration runs in a fresh subprocess (this script with --child NAME); wall and CPU seconds
 (process and children, user + system) and peak RSS (ru_maxrss) are measured there. Prints the Markdown
 section "## Curation stages: documents per second per core"; --out FILE also writes it into FILE,
-replacing an older copy of that section.
+replacing an older copy of that section (everything from its heading to the next "## " heading). The run's
+numbers are saved as results.json in the temporary directory (--keep keeps it; --report-from rewrites the
+section from it without measuring again).
 """
 
 from __future__ import annotations
@@ -60,8 +73,8 @@ DATA = ROOT / ".." / "shared" / "data"
 SECTION = "## Curation stages: documents per second per core"
 DEFAULT_DT_PYTHON = "/tmp/dtvenv/bin/python"
 
-# Source name -> (bucket, licence). Text buckets are not among filter.buckets' switches, so every rule group
-# runs on every document (as datatrove's filters do).
+# Source name -> (bucket, licence). params.yaml's filter.buckets switches C4 and FineWeb off for `books`; the
+# equal-work filter configuration (equal_work_filter) empties filter.buckets so every group runs everywhere.
 SOURCES = {
     "web_warc": ("web", "crawl-various"),
     "web_cc": ("web", "odc-by"),
@@ -74,6 +87,9 @@ POSITIVES = ["wikitext", "gutenberg"]
 BENCHMARKS = [("gsm8k", "gsm8k", "eval/gsm8k/test.jsonl"), ("mmlu", "mmlu_csv", "eval/mmlu/test"),
               ("hellaswag", "hellaswag", "eval/hellaswag/hellaswag_val_subset.jsonl")]
 DOCS_PER_FILE = 250  # chopped text sources are split into files of this many documents: one shard each
+# filter.language.max_chars on the equal-work rows: longer than any document (checked), so language ID reads
+# the whole text, as datatrove's LanguageFilter does.
+WHOLE_TEXT_CHARS = 1_000_000_000
 
 
 # --- measuring, in every child -----------------------------------------------------------------------------
@@ -198,6 +214,16 @@ def stage_params(data: Path) -> dict:
     return p
 
 
+def equal_work_filter(f: dict) -> dict:
+    """The filter section with no rule group switched off for any bucket (filter.buckets emptied: every group
+    follows its `enabled`, true for all in params.yaml; the children check it per bucket) and language ID on
+    the whole text (max_chars longer than any document): the work datatrove's filters do."""
+    out = json.loads(json.dumps(f))
+    out["buckets"] = {}
+    out["language"]["max_chars"] = WHOLE_TEXT_CHARS
+    return out
+
+
 # --- tokenmill children (tokenmill's virtualenv) -----------------------------------------------------------
 
 def _read_docs(folder: str) -> list[dict]:
@@ -217,7 +243,9 @@ def tm_child(name: str, work: Path) -> dict:
 
         data = Path(bench["data"])
         sources = build_sources(work, data)
-        (work / "bench_config.json").write_text(json.dumps({"params": stage_params(data), "sources": sources,
+        params = stage_params(data)
+        (work / "bench_config.json").write_text(json.dumps({"params": params, "sources": sources,
+                                                            "filter_equal": equal_work_filter(params["filter"]),
                                                             "lid176": str(bundled_lid176())}), encoding="utf-8")
         return {"src_bytes": sum(Path(f).stat().st_size for c in sources.values() for pat in c["paths"]
                                  for f in glob.glob(pat))}
@@ -226,13 +254,21 @@ def tm_child(name: str, work: Path) -> dict:
         if bench["datatrove"]:
             export_jsonl(work / "data" / stage / "documents", work / "dt" / ("filter_in" if stage == "ingest" else "pii_in"))
         return {"stats": {stage: doc_stats(work / "data" / stage / "documents")}}
+    if name == "dedup-datatrove":
+        import bench_dedup  # benchmarks/ is sys.path[0]: this script runs as a file
+
+        r = bench_dedup.bench_datatrove(bench_dedup.paragraphs(50), work / "dedup_side_by_side",
+                                        bench["datatrove_python"], bench["dedup_workers"])
+        return {"result": {**r, "workers": bench["dedup_workers"]}}
     if name == "final":
-        out = {"stats": {s: doc_stats(work / "data" / s / "documents") for s in ("pii", "dedup", "quality", "decontaminate")},
+        out = {"stats": {**{s: doc_stats(work / "data" / s / "documents") for s in ("pii", "dedup", "quality", "decontaminate")},
+                         "filter_equal": doc_stats(work / "data_equal" / "filter" / "documents")},
                "metrics": {s: json.loads((work / "metrics" / f"{s}.json").read_text(encoding="utf-8"))
                            for s in ("filter", "pii", "dedup", "quality", "decontaminate")},
                "quality_model_mb": sum(f.stat().st_size for f in (work / "data/quality").glob("*.bin")) / 1e6}
         if bench["datatrove"]:
-            out["cmp"] = compare(work)
+            out["cmp"] = {"equal": compare(work, work / "data_equal/filter/decisions", "tm_filter_core_equal.json"),
+                          "shipped": compare(work, work / "data/filter/decisions", "tm_filter_core_shipped.json")}
         return out
     cfg = json.loads((work / "bench_config.json").read_text(encoding="utf-8"))
     params = cfg["params"]
@@ -241,16 +277,26 @@ def tm_child(name: str, work: Path) -> dict:
         from tokenmill.ingest import run_ingest
 
         r = _timed(lambda: run_ingest(cfg["sources"], params["ingest"], one, out_dir="data/ingest"))
-    elif name.startswith("filter-w"):
+    elif name.startswith(("filter-equal-w", "filter-shipped-w")):
         from tokenmill.docstage import run_document_stage
+        from tokenmill.filters import FilterProcessor
 
-        exe = {"backend": "local", "workers": int(name.removeprefix("filter-w"))}
-        r = _timed(lambda: run_document_stage("filter", "ingest", "tokenmill.filters:FilterProcessor",
-                                              params["filter"], exe))
+        kind, workers = name.removeprefix("filter-").split("-w")
+        exe = {"backend": "local", "workers": int(workers)}
+        # The equal-work configuration writes under data_equal/ (its ingest a link to data/ingest), so that
+        # data/filter, which pii reads, is the shipped configuration's output.
+        root = Path("data_equal" if kind == "equal" else "data")
+        if kind == "equal" and not (root / "ingest").exists():
+            root.mkdir(exist_ok=True)
+            (root / "ingest").symlink_to(Path("..") / "data" / "ingest")
+        fparams = cfg["filter_equal"] if kind == "equal" else params["filter"]
+        r = _timed(lambda: run_document_stage("filter", "ingest", FilterProcessor,
+                                              fparams, exe, data_root=root))
     elif name == "pii":
         from tokenmill.docstage import run_document_stage
+        from tokenmill.pii import PIIProcessor
 
-        r = _timed(lambda: run_document_stage("pii", "filter", "tokenmill.pii:PIIProcessor", params["pii"], one))
+        r = _timed(lambda: run_document_stage("pii", "filter", PIIProcessor, params["pii"], one))
     elif name == "dedup":
         from tokenmill.dedup import run_dedup
 
@@ -268,17 +314,28 @@ def tm_child(name: str, work: Path) -> dict:
         r = _timed(lambda: run_decontaminate(params["decontaminate"], one, data_root="data",
                                              input_stage="quality"))
         r["index_seconds"], r["index_cpu_seconds"], r["index_stats"] = b["seconds"], b["cpu_seconds"], b["result"]
-    elif name == "tm-filter-core":
-        from tokenmill.filters import FilterProcessor
+    elif name in ("tm-filter-core-equal", "tm-filter-core-shipped"):
+        from tokenmill.filters import GROUPS, FilterProcessor
 
+        kind = name.removeprefix("tm-filter-core-")
         docs = _read_docs("data/ingest/documents")
-        proc = FilterProcessor(params["filter"])
+        proc = FilterProcessor(cfg["filter_equal"] if kind == "equal" else params["filter"])
+        # Which rule groups each of the workload's buckets skips, and how far language ID reads.
+        off = {b: [g for g in GROUPS if not proc.enabled(g, b)] for b in sorted({d["bucket"] for d in docs})}
+        off = {b: g for b, g in off.items() if g}
+        longest = max(len(d["text"]) for d in docs)
+        if kind == "equal" and (off or proc.lid.max_chars < longest):
+            raise SystemExit(f"equal-work filter skips work: groups off {off}, language ID reads "
+                             f"{proc.lid.max_chars} of up to {longest} characters")
         r = _timed(lambda: [proc(d) for d in docs])
         (work / "cmp").mkdir(exist_ok=True)
         decisions = {d["doc_id"]: [o.action, o.reason] for d, o in zip(docs, r["result"])}
-        (work / "cmp" / "tm_filter_core.json").write_text(json.dumps(decisions), encoding="utf-8")
+        (work / "cmp" / f"tm_filter_core_{kind}.json").write_text(json.dumps(decisions), encoding="utf-8")
         r["result"] = {"docs": len(docs), "mb": _text_mb(d["text"] for d in docs),
-                       "kept": sum(a == "keep" for a, _ in decisions.values())}
+                       "kept": sum(a == "keep" for a, _ in decisions.values()), "groups_off": off,
+                       "docs_with_groups_off": sum(d["bucket"] in off for d in docs),
+                       "lid_max_chars": proc.lid.max_chars, "longest_chars": longest,
+                       "docs_longer_than_lid": sum(len(d["text"]) > proc.lid.max_chars for d in docs)}
     elif name == "nltk-words":
         from importlib import metadata
 
@@ -433,7 +490,8 @@ def dt_child(name: str, work: Path) -> dict:
         (work / "cmp").mkdir(exist_ok=True)
         (work / "cmp" / "dt_kept.json").write_text(json.dumps(kept), encoding="utf-8")
         r["result"] = {"kept": len(kept)}
-        r["versions"] = {lib: metadata.version(lib) for lib in ("datatrove", "fasttext-numpy2-wheel", "tldextract")}
+        r["versions"] = {lib: metadata.version(lib) for lib in ("datatrove", "fasttext-numpy2-wheel", "tldextract",
+                                                                 "xxhash")}
     elif name == "dt-pii":
         from datatrove.pipeline.formatters import PIIFormatter
         from datatrove.pipeline.readers import JsonlReader
@@ -562,8 +620,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--datatrove-python", default=DEFAULT_DT_PYTHON,
                    help="an interpreter with datatrove (and fasttext, tldextract, pyahocorasick, fasteners, orjson) "
                         "installed; 'none' skips the comparison")
+    p.add_argument("--no-dedup", action="store_true",
+                   help="skip bench_dedup.py's datatrove dedup comparison (run by default with datatrove)")
+    p.add_argument("--dedup-workers", type=int, default=1, help="workers of each side of the dedup comparison")
     p.add_argument("--out", type=Path, help="also write the section into this Markdown file (e.g. benchmarks/RESULTS.md)")
     p.add_argument("--keep", action="store_true", help="keep the temporary working directory")
+    p.add_argument("--report-from", type=Path, metavar="RESULTS_JSON",
+                   help="only write the section again from a kept run's results.json (no measuring)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -571,6 +634,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         fn = dt_child if args.child.startswith("dt-") else tm_child
         print(json.dumps(fn(args.child, args.work), default=str))
+        return
+    if args.report_from:
+        report(json.loads(args.report_from.read_text(encoding="utf-8")), args.out)
         return
 
     deadline = time.monotonic() + args.wait_quiet
@@ -587,7 +653,9 @@ def main(argv: list[str] | None = None) -> None:
     # inherit anything from it. Preparing, exporting and comparing run in children too.
     work = Path(tempfile.mkdtemp(prefix="bench_stages_"))
     log = work / "children.log"
-    (work / "bench_args.json").write_text(json.dumps({"data": str(data), "datatrove": bool(dt_python)}))
+    (work / "bench_args.json").write_text(json.dumps({"data": str(data), "datatrove": bool(dt_python),
+                                                      "datatrove_python": dt_python,
+                                                      "dedup_workers": args.dedup_workers}))
     res: dict[str, dict] = {}
     load: dict[str, float] = {}
 
@@ -604,13 +672,15 @@ def main(argv: list[str] | None = None) -> None:
         run("prep", repeat=1)
         run("ingest", repeat=1)
         run("export-ingest", repeat=1)
-        run("filter-w1")
+        run("filter-equal-w1")
         if dt_python:
             run("dt-filter", dt_python)
-        run("filter-w2")
-        run("tm-filter-core")
+        run("filter-shipped-w1")
+        run("filter-equal-w2")
+        run("tm-filter-core-equal")
         if dt_python:
             run("dt-filter-core", dt_python)
+        run("tm-filter-core-shipped")
         if dt_python and importlib.util.find_spec("nltk"):
             run("nltk-words", repeat=1)
         run("export-filter", repeat=1)
@@ -622,17 +692,17 @@ def main(argv: list[str] | None = None) -> None:
             run("dt-pii-core", dt_python)
         for stage in ("dedup", "quality", "decontaminate"):
             run(stage)
+        if dt_python and not args.no_dedup:
+            run("dedup-datatrove", repeat=1)
         final = run("final", repeat=1)
         stats = {**res["export-ingest"]["stats"], **res["export-filter"]["stats"], **final["stats"]}
         info = machine_with_datatrove(res.get("dt-filter", {}).get("versions"))
         command = shlex.join(["python", "benchmarks/bench_stages.py", *(argv if argv is not None else sys.argv[1:])])
-        text = section(res, stats, final.get("cmp"), info, load, command, started, time.perf_counter() - t_start,
-                       res["prep"]["src_bytes"], args.repeat)
-        print(text)
-        if args.out:
-            write_section(args.out, SECTION, text)
-            print(f"wrote {args.out}", file=sys.stderr)
-        (work / "results.json").write_text(json.dumps({"res": res, "stats": stats}, default=str))
+        saved = {"res": res, "stats": stats, "cmp": final.get("cmp"), "info": info, "load": load, "command": command,
+                 "started": started, "elapsed": time.perf_counter() - t_start,
+                 "src_bytes": res["prep"]["src_bytes"], "repeat": args.repeat}
+        (work / "results.json").write_text(json.dumps(saved, default=str))
+        report(saved, args.out)
     finally:
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
@@ -640,14 +710,25 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def report(saved: dict, out: Path | None) -> None:
+    """Print the section from a run's saved results; with `out`, write it into that file too."""
+    text = section(saved["res"], saved["stats"], saved["cmp"], saved["info"], saved["load"], saved["command"],
+                   saved["started"], saved["elapsed"], saved["src_bytes"], saved["repeat"])
+    print(text)
+    if out:
+        write_section(out, SECTION, text)
+        print(f"wrote {out}", file=sys.stderr)
+
+
 # --- comparison and report ---------------------------------------------------------------------------------
 
-def compare(work: Path) -> dict:
-    """Keep/drop agreement of tokenmill's filter stage and datatrove's pipeline, document by document."""
-    tm = decisions(work / "data/filter/decisions")
+def compare(work: Path, tm_decisions: Path, tm_core_file: str) -> dict:
+    """Keep/drop agreement of one configuration of tokenmill's filter stage (its decisions folder; tm_core_file:
+    the same configuration's in-memory decisions) and datatrove's pipeline, document by document."""
+    tm = decisions(tm_decisions)
     dt_kept = set(json.loads((work / "cmp/dt_kept.json").read_text(encoding="utf-8")))
     dt_core = json.loads((work / "cmp/dt_filter_core.json").read_text(encoding="utf-8"))
-    tm_core = json.loads((work / "cmp/tm_filter_core.json").read_text(encoding="utf-8"))
+    tm_core = json.loads((work / "cmp" / tm_core_file).read_text(encoding="utf-8"))
     import pyarrow.parquet as pq
 
     source = {}
@@ -685,21 +766,23 @@ def section(res: dict, stats: dict, cmp: dict | None, info: dict, load: dict, co
     metrics = res["final"]["metrics"]
     rows = [("| stage | workers | docs in | docs out | input MB | wall s | CPU s | docs/s | docs per CPU-s | MB/s | "
              "peak RSS MB |"), "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    order = [("filter", "filter-w1", "ingest"), ("filter", "filter-w2", "ingest"), ("pii", "pii", "filter"),
-             ("dedup", "dedup", "pii"), ("quality", "quality", "dedup"), ("decontaminate", "decontaminate", "quality")]
-    for stage, key, prev in order:
+    order = [("filter, equal work", "filter-equal-w1", "ingest", 1), ("filter, equal work", "filter-equal-w2", "ingest", 2),
+             ("filter, shipped defaults", "filter-shipped-w1", "ingest", 1), ("pii", "pii", "filter", 1),
+             ("dedup", "dedup", "pii", 1), ("quality", "quality", "dedup", 1),
+             ("decontaminate", "decontaminate", "quality", 1)]
+    for stage, key, prev, w in order:
         r = res[key]
         c = r["result"]["counts"]
         sec, cpu, mb = r["seconds"], r["cpu_seconds"], stats[prev]["mb"]
-        w = 2 if key == "filter-w2" else 1
         rss = f"{r['peak_rss_mb']:.0f}"
         if w > 1:
-            rss += f" + 2 workers ≤{r['peak_child_rss_mb']:.0f}"
+            rss += f" + {w} workers ≤{r['peak_child_rss_mb']:.0f}"
         if stage == "quality":
             rss += f" + trainer ≤{r['peak_child_rss_mb']:.0f}"
         rows.append(f"| {stage} | {w} | {c['in']:,} | {c['out']:,} | {mb:.1f} | {sec:.2f} | {cpu:.2f} | "
                     f"{_rate(c['in'], sec)} | {_rate(c['in'], cpu)} | {mb / sec:.2f} | {rss} |")
-    f1, f2, dc = res["filter-w1"], res["filter-w2"], res["decontaminate"]
+    f1, f2, fs, dc = res["filter-equal-w1"], res["filter-equal-w2"], res["filter-shipped-w1"], res["decontaminate"]
+    eq, sh = res["tm-filter-core-equal"]["result"], res["tm-filter-core-shipped"]["result"]
     match_s, match_cpu = dc["seconds"] - dc["index_seconds"], dc["cpu_seconds"] - dc["index_cpu_seconds"]
     # Stage minus a separate index build: meaningful only when the stage clearly took longer (both are noisy).
     matching = (f"; the rest of the stage's {dc['seconds']:.1f} s, matching and I/O, runs at "
@@ -708,20 +791,34 @@ def section(res: dict, stats: dict, cmp: dict | None, info: dict, load: dict, co
                 if match_s > 0.2 and match_cpu > 0.2 else f"; the whole stage took {dc['seconds']:.1f} s")
     qm, qr = metrics["quality"], res["quality"]["result"]
     contam = metrics["decontaminate"].get("contamination", {})
-    top = sorted(((k.split(":", 1)[1], n) for k, n in f1["result"]["counts"]["by_reason"].items()
-                  if k.startswith("drop:")), key=lambda kv: -kv[1])
-    survive = ", ".join(f"{k} {stats['filter']['by_source'].get(k, {}).get('docs', 0):,}/{v['docs']:,}"
-                        for k, v in ing["by_source"].items())
+
+    def drops(r: dict) -> str:
+        top = sorted(((k.split(":", 1)[1], n) for k, n in r["result"]["counts"]["by_reason"].items()
+                      if k.startswith("drop:")), key=lambda kv: -kv[1])
+        return ", ".join(f"{k} {n}" for k, n in top[:8]) + (", …" if len(top) > 8 else "")
+
+    def survivors(out: dict) -> str:
+        return ", ".join(f"{k} {out['by_source'].get(k, {}).get('docs', 0):,}/{v['docs']:,}"
+                         for k, v in ing["by_source"].items())
+
+    books_eq = stats["filter_equal"]["by_source"].get("gutenberg", {}).get("docs", 0)
+    books_sh = stats["filter"]["by_source"].get("gutenberg", {}).get("docs", 0)
+    books_in = ing["by_source"].get("gutenberg", {}).get("docs", 0)
     v, dv = info["versions"], info["dt_versions"]
     loads = list(load.values())
+    dedup_cmd = (" It runs, in children of this one invocation and one after another: tokenmill's stages, "
+                 "datatrove's filters and PIIFormatter on the same documents, and bench_dedup.py's datatrove dedup "
+                 "comparison (its section 4, on its own Gutenberg paragraphs)."
+                 if "dedup-datatrove" in res else "")
     text = f"""{SECTION}
 
 - Machine: {info['nproc']} cores ({info['cpu']}), {info['ram_gib']:.1f} GiB RAM, {info['os']}.
 - Software: Python {info['python']}, tokenmill {v['tokenmill']}, pyarrow {v['pyarrow']}, fasttext-numpy2 \
 {v['fasttext-numpy2']}, duckdb {v['duckdb']}, numpy {v['numpy']}, resiliparse {v['resiliparse']}; datatrove \
 {dv.get('datatrove', 'n/a')} in a separate virtualenv (same Python; fasttext-numpy2-wheel \
-{dv.get('fasttext-numpy2-wheel', 'n/a')}, tldextract {dv.get('tldextract', 'n/a')}).
-- Command, from the project root with .venv active: `{command}`
+{dv.get('fasttext-numpy2-wheel', 'n/a')}, tldextract {dv.get('tldextract', 'n/a')}, xxhash \
+{dv.get('xxhash', 'n/a')}).
+- Command, from the project root with .venv active: `{command}`.{dedup_cmd}
 - Date: {started}; {elapsed:.0f} s in all; 1-minute load average before each configuration: \
 {min(loads):.2f}–{max(loads):.2f}.
 - Workload: {ing['docs']:,} documents, {ing['mb']:.1f} MB of text, in {ing['shards']} Parquet shards, built by \
@@ -732,14 +829,20 @@ WikiText-2 raw test articles cut into ~3,000-character pieces at paragraph bound
 spaced ~5,000-character pieces of each of the 43 English books (hard-wrapped lines as published; licence \
 header or footer where a piece falls there), gutenberg_fr 10 of each of the 9 French books; abc_news 400 evenly \
 spaced blank-line-separated sections (stories or their sub-headed parts) of each of ABC rural and science. \
-The text pieces are written as JSONL into the temporary directory and ingested like the rest. Gutenberg pieces \
-are in the books bucket, whose C4 and FineWeb line rules are off (filter.buckets.books: hard-wrapped lines end \
-mid-sentence); wiki and news run every rule group.
+The text pieces are written as JSONL into the temporary directory and ingested like the rest. Buckets: \
+{_buckets_line()}.
 - Stages: each on the previous stage's output with `execution: {{backend: local, workers: 1}}` (runs inline: \
-per-core figures); the filter stage also with 2 workers (spawn pool over the {ing['shards']} shards). \
+per-core figures); the equal-work filter stage also with 2 workers (spawn pool over the {ing['shards']} shards). \
 params.yaml's sections, except filter.licences.allow = the workload's licences, \
 quality.positives.sources = [wikitext, gutenberg] (negatives: web bucket; cut: top 70% of web), \
 decontaminate.benchmarks = GSM8K test (1,319 items), MMLU test (14,042), HellaSwag validation subset (1,000).
+- The filter stage runs in two configurations. **Equal work**{' (the rows compared with datatrove below)' if cmp else ''}: \
+filter.buckets = {{}}, so no rule group is off for any bucket (checked for each of the workload's buckets), and \
+filter.language.max_chars = {eq['lid_max_chars']:,} (the longest document has {eq['longest_chars']:,} \
+characters), so language ID reads the whole text, as datatrove's does. **Shipped defaults**: params.yaml's \
+filter section as it is: {_off_line(sh)}; language ID reads the first {sh['lid_max_chars']:,} characters \
+({sh['docs_longer_than_lid']:,} of the {ing['docs']:,} documents are longer). pii and the later stages read the \
+shipped-defaults output, as a pipeline run does.
 - Method: each configuration is a fresh subprocess ({_repeats(repeat)}; the run with the least wall time is \
 reported). Wall and CPU seconds (user + system of the process and its finished children) and peak RSS (VmHWM; \
 for pool workers and the fastText trainer ru_maxrss, an upper bound) are measured inside it. Stage times include \
@@ -749,13 +852,17 @@ shared machine inflates far less than wall time.
 
 {chr(10).join(rows)}
 
-- filter: drops by first failing rule: {', '.join(f'{k} {n}' for k, n in top[:8])}{', …' if len(top) > 8 else ''}. \
-Survivors per source: {survive}. Before books had their own bucket, \
-tokenmill's document-level C4 punctuation rule (c4_terminal_punct_char_frac, lines weighed by characters) kept 2 \
-of 1,226 English Gutenberg pieces, whose hard-wrapped lines end mid-sentence; C4 itself and datatrove delete such \
-lines and keep the page when 3+ sentences remain. Two workers: {f1['seconds'] / f2['seconds']:.2f}× the \
-1-worker wall speed, {f2['cpu_seconds']:.1f} CPU-s vs {f1['cpu_seconds']:.1f} (each spawned worker imports \
-tokenmill, pyarrow and fastText and loads lid.176 again; this workload is ~5 s of work).
+- filter: drops by first failing rule, equal work: {drops(f1)}; shipped defaults: {drops(fs)}. Survivors per \
+source, equal work: {survivors(stats['filter_equal'])}; shipped defaults: {survivors(stats['filter'])}. With every \
+group on, {books_eq:,} of {books_in:,} English Gutenberg pieces survive ({books_sh:,} with the shipped defaults, \
+which switch C4 and FineWeb off for books): tokenmill's document-level C4 punctuation rule \
+(c4_terminal_punct_char_frac, lines weighed by characters) drops a page whose text is mostly in lines without \
+terminal punctuation, as hard-wrapped lines are; C4 itself and datatrove delete such lines and keep the page when \
+3+ sentences remain. The shipped defaults do {f1['cpu_seconds'] / fs['cpu_seconds']:.2f}× the equal-work \
+configuration's documents per CPU-second. Two workers (equal work): \
+{f1['seconds'] / f2['seconds']:.2f}× the 1-worker wall speed, {f2['cpu_seconds']:.1f} CPU-s vs \
+{f1['cpu_seconds']:.1f} (each spawned worker imports tokenmill, pyarrow and fastText and loads lid.176 again; \
+this workload is ~{f1['cpu_seconds']:.0f} CPU-s of work).
 - dedup: {_dedup_line(res['dedup']['result'])}.
 - quality: {qr.get('training', {}).get('positives', '?')} positives / {qr.get('training', {}).get('negatives', '?')} \
 negatives, {qr.get('training', {}).get('folds', '?')} cross-fitted fastText models, held-out AUC \
@@ -772,8 +879,35 @@ the stage's own benchmark (bench_decontam.py, all 18 benchmark files) is in the 
 """
     if cmp:
         text += "\n" + dt_section(res, stats, cmp)
+    if "dedup-datatrove" in res:
+        text += "\n" + dt_dedup_section(res["dedup-datatrove"]["result"])
     text += _caveats(load, info["nproc"], bool(cmp))
     return text
+
+
+def _buckets_line() -> str:
+    """Which bucket each source is in, and (params.yaml) which rule groups the shipped defaults switch off there."""
+    import yaml
+
+    switches = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["filter"].get("buckets") or {}
+    by_bucket: dict[str, list[str]] = {}
+    for source, (bucket, _) in SOURCES.items():
+        by_bucket.setdefault(bucket, []).append(source)
+    parts = []
+    for bucket, sources in by_bucket.items():
+        off = [g for g, on in (switches.get(bucket) or {}).items() if on is False]
+        parts.append(f"{bucket} ({', '.join(sources)})" + (f", where params.yaml's filter.buckets.{bucket} switches "
+                                                           f"{' and '.join(off)} off" if off else ""))
+    return "; ".join(parts)
+
+
+def _off_line(r: dict) -> str:
+    """The shipped configuration's groups switched off per bucket, as the in-memory child found them."""
+    off = r["groups_off"]
+    if not off:
+        return "no rule group is off for any of the workload's buckets"
+    return (", ".join(f"bucket {b} skips the {' and '.join(g)} groups" for b, g in off.items())
+            + f", {r['docs_with_groups_off']:,} of {r['docs']:,} documents")
 
 
 def _dim() -> int:
@@ -795,11 +929,24 @@ def _dedup_line(r: dict) -> str:
     return ", ".join(f"{k.split(':', 1)[1]} {n}" for k, n in sorted(c.items()))
 
 
+# Known definitional disagreements between the two filters: (tokenmill reason, datatrove reason) -> why.
+WHY = {
+    ("c4_terminal_punct_char_frac", "passed"):
+        "tokenmill's c4_terminal_punct_char_frac drops a page whose text is mostly in lines without terminal "
+        "punctuation (hard-wrapped Gutenberg lines end mid-sentence), where C4 / datatrove delete those lines and "
+        "keep the page when 3+ sentences remain",
+    ("passed", "GopherQualityFilter:gopher_below_alpha_threshold"):
+        "datatrove's Gopher alpha-word ratio counts punctuation tokens as words (WikiText's spaced-out \" , \" and "
+        "\"@-@\" push it under 0.8; with nltk's tokenizer too), tokenmill's words exclude punctuation",
+}
+
+
 def dt_section(res: dict, stats: dict, cmp: dict) -> str:
-    f1, dtf = res["filter-w1"], res["dt-filter"]
-    tmc, dtc = res["tm-filter-core"], res["dt-filter-core"]
+    f1, fs, dtf = res["filter-equal-w1"], res["filter-shipped-w1"], res["dt-filter"]
+    tme, tms, dtc = res["tm-filter-core-equal"], res["tm-filter-core-shipped"], res["dt-filter-core"]
     n, mb = stats["ingest"]["docs"], stats["ingest"]["mb"]
     early, every = dtc["runs"]["first_failure"], dtc["runs"]["every_filter"]
+    sh = tms["result"]
     rows = ["| filters on the same documents | wall s | CPU s | docs/s | docs per CPU-s | MB/s | kept | peak RSS MB |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
 
@@ -807,20 +954,27 @@ def dt_section(res: dict, stats: dict, cmp: dict) -> str:
         rows.append(f"| {label} | {r['seconds']:.2f} | {r['cpu_seconds']:.2f} | {_rate(n, r['seconds'])} | "
                     f"{_rate(n, r['cpu_seconds'])} | {mb / r['seconds']:.2f} | {kept:,} | {rss} |")
 
-    row("tokenmill filter stage (Parquet in, documents + decisions out)", f1, f1["result"]["counts"]["out"],
-        f"{f1['peak_rss_mb']:.0f}")
-    row("datatrove LocalPipelineExecutor (JSONL in, JSONL.gz out)", dtf, dtf["result"]["kept"],
-        f"{dtf['peak_rss_mb']:.0f}")
-    row("tokenmill FilterProcessor, in memory (every measure)", tmc, tmc["result"]["kept"], "–")
-    row("datatrove filters, in memory, stop at first failure", early, early["result"]["kept"], "–")
-    row("datatrove filters, in memory, every filter on every doc", every, every["result"]["kept"], "–")
-    c = cmp["cells"]
-    agree = (c["both_keep"] + c["both_drop"]) / cmp["docs"]
+    row("tokenmill filter stage, **equal work**: every rule group on every document, language ID on the whole text "
+        "(Parquet in, documents + decisions out)", f1, f1["result"]["counts"]["out"], f"{f1['peak_rss_mb']:.0f}")
+    row("datatrove LocalPipelineExecutor, stops at the first failing filter (JSONL in, JSONL.gz out)", dtf, dtf["result"]["kept"], f"{dtf['peak_rss_mb']:.0f}")
+    row("tokenmill FilterProcessor, in memory, **equal work** (every measure of every group on every document)",
+        tme, tme["result"]["kept"], "–")
+    row("datatrove filters, in memory, every filter called on every document (each returns at its own first "
+        "failing check)", every, every["result"]["kept"], "–")
+    row("datatrove filters, in memory, stop at the first failing filter (as its pipeline)", early,
+        early["result"]["kept"], "–")
+    row(f"tokenmill filter stage, shipped defaults ({_off_short(sh)}; language ID on the first "
+        f"{sh['lid_max_chars']:,} characters)", fs, fs["result"]["counts"]["out"], f"{fs['peak_rss_mb']:.0f}")
+    row("tokenmill FilterProcessor, in memory, shipped defaults", tms, sh["kept"], "–")
+    ce, cs = cmp["equal"], cmp["shipped"]
+    c = ce["cells"]
+    agree = (c["both_keep"] + c["both_drop"]) / ce["docs"]
+    agree_sh = (cs["cells"]["both_keep"] + cs["cells"]["both_drop"]) / cs["docs"]
     pii, dpii = res["pii"], res["dt-pii"]
     tpc, dpc = res["tm-pii-core"], res["dt-pii-core"]
     pn, pmb = stats["filter"]["docs"], stats["filter"]["mb"]
-    prow = ["| PII on the filter stage's output | wall s | CPU s | docs/s | docs per CPU-s | MB/s | docs changed |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    prow = [f"| PII on the shipped-defaults filter stage's output ({pn:,} documents) | wall s | CPU s | docs/s | "
+            "docs per CPU-s | MB/s | docs changed |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
 
     def prow_(label, r, changed):
         prow.append(f"| {label} | {r['seconds']:.2f} | {r['cpu_seconds']:.2f} | {_rate(pn, r['seconds'])} | "
@@ -831,50 +985,70 @@ def dt_section(res: dict, stats: dict, cmp: dict) -> str:
     prow_("datatrove PIIFormatter pipeline (email + public IPv4; JSONL in, JSONL.gz out)", dpii, "–")
     prow_("tokenmill PIIProcessor, in memory", tpc, f"{tpc['result']['modified']:,}")
     prow_("datatrove PIIFormatter.format, in memory", dpc, f"{dpc['result']['modified']:,}")
-    src_rows = ["| source | docs | both agree | tokenmill kept | datatrove kept |", "| --- | ---: | ---: | ---: | ---: |"]
-    for s, v in cmp["per_source"].items():
-        src_rows.append(f"| {s} | {v['docs']:,} | {v['agree'] / v['docs']:.1%} | {v['tm_kept']:,} | {v['dt_kept']:,} |")
-    pairs = "; ".join(f"tokenmill `{a}` / datatrove `{b}`: {k}" for a, b, k in cmp["pairs"][:6])
+    src_rows = ["| source | docs | agree, equal work | tokenmill kept, equal work | tokenmill kept, shipped defaults "
+                "| datatrove kept |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for s, v in ce["per_source"].items():
+        src_rows.append(f"| {s} | {v['docs']:,} | {v['agree'] / v['docs']:.1%} | {v['tm_kept']:,} | "
+                        f"{cs['per_source'][s]['tm_kept']:,} | {v['dt_kept']:,} |")
+    top = ce["pairs"][:6]
+    pairs = "; ".join(f"tokenmill `{a}` / datatrove `{b}`: {k}" for a, b, k in top)
+    why = [WHY[(a, b)] for a, b, _ in top if (a, b) in WHY]
+    why_line = (f" {'The two big ones are' if len(why) > 1 else 'The biggest is'} definitions, not bugs in either: "
+                + "; ".join(why) + "." if why else "")
     ratio = lambda a, b: a["cpu_seconds"] and b["cpu_seconds"] / a["cpu_seconds"]
     nltk = res.get("nltk-words")
     nltk_line = (f" For scale: nltk's Treebank word tokenizer alone (what word_tokenize runs after punkt's sentence "
                  f"split) takes {nltk['cpu_seconds']:.1f} CPU-s over these documents, the regex "
                  f"{nltk['result']['regex_cpu_seconds']:.1f} CPU-s (measured in tokenmill's virtualenv, nltk "
-                 f"{nltk['result']['nltk']}); datatrove splits each text into words once (an lru_cache shared by its "
-                 f"filters) and into sentences again for C4's count." if nltk else "")
+                 f"{nltk['result']['nltk']}); datatrove splits a text into words once for its filters in a row "
+                 f"(split_into_words is an lru_cache of 5 texts) and into sentences again for C4's count."
+                 if nltk else "")
+    dropped_every = n - every["result"]["kept"]
     return f"""### tokenmill vs datatrove on the same {n:,} documents
 
 datatrove {res['dt-filter'].get('versions', {}).get('datatrove', '')} runs URLFilter (tokenmill's {len(_banned())} \
 banned URL words, no integrated lists; documents without a URL pass, as in tokenmill — datatrove's own filter \
 asserts one), LanguageFilter (lid.176: the .ftz file tokenmill loads, given through a subclass where datatrove \
-would download lid.176.bin; en, 0.65), GopherRepetitionFilter, GopherQualityFilter, C4QualityFilter \
-(min_num_sentences 3, min_words_per_line 5, as in C4's paper and tokenmill's params; it removes failing lines \
-and drops the page only on page-level rules), FineWebQualityFilter (stop_chars . ' " ! ?), in tokenmill's order, \
-tokenmill's thresholds where a parameter maps and datatrove's defaults otherwise, one LocalPipelineExecutor run \
-with 1 task and 1 worker. nltk's punkt data is a download, so datatrove's word and sentence splitter here is an \
-offline regex (tokenmill's word runs plus one token per punctuation character, as word_tokenize emits them; \
-sentences end at . ! ? before a space). That makes **datatrove's rows faster than its production \
+would download lid.176.bin; en, 0.65; it reads the whole text), GopherRepetitionFilter, GopherQualityFilter, \
+C4QualityFilter (min_num_sentences 3, min_words_per_line 5, as in C4's paper and tokenmill's params; it removes \
+failing lines and drops the page only on page-level rules), FineWebQualityFilter (stop_chars . ' " ! ?), in \
+tokenmill's order, tokenmill's thresholds where a parameter maps and datatrove's defaults otherwise, one \
+LocalPipelineExecutor run with 1 task and 1 worker, on every document whatever its source. tokenmill's rows \
+marked **equal work** likewise run every rule group on every document (filter.buckets = {{}}) with language ID \
+on the whole text (filter.language.max_chars = {tme['result']['lid_max_chars']:,}); the shipped-defaults rows \
+are params.yaml's filter section as it is ({_off_line(sh)}; language ID on the first \
+{sh['lid_max_chars']:,} characters). nltk's punkt data is a download, so datatrove's word and sentence splitter \
+here is an offline regex (tokenmill's word runs plus one token per punctuation character, as word_tokenize emits \
+them; sentences end at . ! ? before a space). That makes **datatrove's rows faster than its production \
 configuration**.{nltk_line}
 
 {chr(10).join(rows)}
 
-- **Stage vs pipeline: tokenmill's filter stage does {ratio(f1, dtf):.2f}× datatrove's documents per CPU-second** \
-({_rate(n, f1['cpu_seconds'])} vs {_rate(n, dtf['cpu_seconds'])}; {dtf['seconds'] / f1['seconds']:.2f}× in wall time), \
-although tokenmill computes every measure of every enabled group on every document (its decision table keeps \
-them all, for threshold studies) while datatrove stops at the first failing filter.
-- In memory (documents loaded, no I/O): tokenmill {ratio(tmc, early):.2f}× datatrove's speed when datatrove stops \
-at the first failure, {ratio(tmc, every):.2f}× when both compute every filter on every document. Differences in the \
-work done: tokenmill's language ID reads the first 3,000 characters, datatrove's the whole text; datatrove's C4 \
-filter rewrites the text (drops lines) before FineWeb's rules see it.
-- **Keep/drop agreement: {agree:.1%}** of {cmp['docs']:,} documents (both keep {c['both_keep']:,}, both drop \
-{c['both_drop']:,}; tokenmill keeps, datatrove drops {c['tm_keep_dt_drop']:,}; tokenmill drops, datatrove keeps \
-{c['tm_drop_dt_keep']:,}). Commonest disagreements (first failing rule on each side): {pairs}. \
-The two big ones are definitions, not bugs in either: tokenmill's c4_terminal_punct_char_frac drops a page \
-whose text is mostly in lines without terminal punctuation (hard-wrapped Gutenberg lines), where C4 / datatrove \
-delete those lines and keep the page; datatrove's Gopher alpha-word ratio counts punctuation tokens as words \
-(WikiText's spaced-out " , " and "@-@" push it under 0.8; with nltk's tokenizer too), tokenmill's words \
-exclude punctuation. In-memory decisions equal the pipelines' (datatrove: {cmp['dt_core_matches_pipeline']}, \
-tokenmill: {cmp['tm_core_matches_stage']}).
+- **Stage vs pipeline, equal work: tokenmill's filter stage does {ratio(f1, dtf):.2f}× datatrove's documents per \
+CPU-second** ({_rate(n, f1['cpu_seconds'])} vs {_rate(n, dtf['cpu_seconds'])}; {dtf['seconds'] / f1['seconds']:.2f}× \
+in wall time), although tokenmill computes every measure of every group on every document (its decision table \
+keeps them all, for threshold studies) while datatrove's pipeline stops at the first failing filter, and each of \
+its filters at its own first failing check. With the shipped defaults the stage does \
+{ratio(fs, dtf):.2f}× datatrove's documents per CPU-second, but less work than datatrove: {_less_work(sh)}.
+- **In memory (documents loaded, no I/O), equal work: tokenmill {ratio(tme, every):.2f}× datatrove's documents per \
+CPU-second when datatrove calls every filter on every document**, {ratio(tme, early):.2f}× when datatrove stops at \
+the first failing filter (tokenmill still computes everything); shipped defaults: {ratio(tms, every):.2f}× and \
+{ratio(tms, early):.2f}×. What still differs in the work of the equal-work and every-filter rows: each datatrove \
+filter returns at its own first failing check, so on the {dropped_every:,} documents that fail some filter, that \
+filter's later checks are not computed (tokenmill measures every rule); on a page it keeps, datatrove's C4 filter \
+rewrites the text (removes lines without terminal punctuation, with fewer than 5 words, with a word over 1,000 \
+characters, or mentioning javascript or a policy phrase, and strips Wikipedia-style citation marks) and FineWeb's rules then read the shorter text, where tokenmill's C4 group \
+measures without rewriting and FineWeb's reads the original; datatrove's language ID asks fastText for every \
+label's probability (k=-1), tokenmill's for the top one.
+- **Keep/drop agreement, equal work: {agree:.1%}** of {ce['docs']:,} documents (tokenmill's equal-work filter \
+stage vs datatrove's pipeline: both keep {c['both_keep']:,}, both drop {c['both_drop']:,}; tokenmill keeps, \
+datatrove drops {c['tm_keep_dt_drop']:,}; tokenmill drops, datatrove keeps {c['tm_drop_dt_keep']:,}). Commonest \
+disagreements (first failing rule on each side): {pairs}.{why_line} With the shipped bucket defaults the \
+agreement is {agree_sh:.1%} (both keep {cs['cells']['both_keep']:,}, both drop {cs['cells']['both_drop']:,}; \
+tokenmill keeps, datatrove drops {cs['cells']['tm_keep_dt_drop']:,}; tokenmill drops, datatrove keeps \
+{cs['cells']['tm_drop_dt_keep']:,}). In-memory decisions equal the pipelines' (datatrove: \
+{ce['dt_core_matches_pipeline']}, tokenmill equal work: {ce['tm_core_matches_stage']}, shipped defaults: \
+{cs['tm_core_matches_stage']}).
 
 {chr(10).join(src_rows)}
 
@@ -883,8 +1057,65 @@ tokenmill: {cmp['tm_core_matches_stage']}).
 - **PII: tokenmill {ratio(pii, dpii):.2f}× datatrove's documents per CPU-second** at stage level (I/O and start-up \
 dominate at this size), {ratio(tpc, dpc):.2f}× in memory, while detecting six types (email, phone, IPv4/IPv6, \
 credit card with Luhn, IBAN with mod-97, SSN) with validity checks against PIIFormatter's two (email, public \
-IPv4), one regex pass each.
+IPv4), one regex pass each. Both sides read the same {pn:,} documents (the shipped-defaults filter stage's output).
 """
+
+
+def dt_dedup_section(d: dict) -> str:
+    """bench_dedup.bench_datatrove's result, run by this invocation."""
+    workers = f"{d['workers']} worker{'s' if d['workers'] > 1 else ''}"
+    head = (f"### dedup: tokenmill vs datatrove on {d['docs']:,} Gutenberg paragraphs\n\n"
+            f"bench_dedup.py's side by side (bench_dedup.bench_datatrove, run once, in a child of this invocation; "
+            f"{workers} each; wall and CPU seconds of the whole stage or pipeline, reading and writing included) "
+            f"on {d['docs']:,} Gutenberg paragraphs of ≥ 50 words ({d['words']:,} words), not the documents above, "
+            f"with planted copies: 2,000 near (0–3% of words edited), 1,000 distant (8–15% edited) and 500 exact. "
+            f"Both read them from Parquet (tokenmill's document shards; id and text columns for datatrove). "
+            f"`python benchmarks/bench_dedup.py --workers 1` runs the same function after its signature, detection "
+            f"curve and clustering benchmarks.\n")
+    if "datatrove_s" not in d:
+        return head + f"\ntokenmill: {d['tokenmill_s']} s, {d['tokenmill_removed']:,} removed. datatrove: {d['datatrove']}\n"
+    dt, dcpu, tc, dc = d["datatrove_s"], d["datatrove_cpu_s"], d["tokenmill_caught"], d["datatrove_caught"]
+    rows = ["| dedup on the same paragraphs | wall s | CPU s | documents removed |", "| --- | ---: | ---: | ---: |",
+            f"| tokenmill dedup stage: exact + near (128 permutations, b=14 r=9, candidates verified at estimated "
+            f"J ≥ 0.8), line dedup off; Parquet in, documents + decisions out | {d['tokenmill_s']:.2f} | "
+            f"{d['tokenmill_cpu_s']:.2f} | {d['tokenmill_removed']:,} |",
+            f"| datatrove {d['datatrove_version']} MinHash, 4 pipeline runs (wall: signatures {dt['signatures']:.2f}, "
+            f"buckets {dt['buckets']:.2f}, cluster {dt['cluster']:.2f}, filter {dt['filter']:.2f}); 14 × 8 = 112 "
+            f"hashes, no verification; Parquet in, JSONL.gz out | {dt['total']:.2f} | {dcpu['total']:.2f} | "
+            f"{d['datatrove_removed']:,} |"]
+    caught = ["| planted pair (true 5-gram Jaccard) | tokenmill | datatrove |", "| --- | ---: | ---: |",
+              f"| exact copy | {tc['exact']} / 500 | {dc['exact']} / 500 |"]
+    caught += [f"| edited copy, J in {k} | {tc[k][0]} / {tc[k][1]} | {dc[k][0]} / {dc[k][1]} |" for k in tc if k != "exact"]
+    return head + f"""
+{chr(10).join(rows)}
+
+- **dedup: tokenmill {d['cpu_speedup']:.2f}× datatrove's speed in CPU seconds** ({d['speedup']:.2f}× in wall \
+time). The work differs: tokenmill also groups exact duplicates by a hash of the text, and checks each LSH \
+candidate pair by signature agreement before removing one of them (datatrove removes every candidate: its 14 × 8 \
+S-curve has its midpoint at (1/14)^(1/8) = 0.72); tokenmill computes 128 permutations (its LSH uses 14 bands of \
+9), datatrove 112 hashes (14 buckets of 8); \
+datatrove's English word tokenizer is nltk's (punkt is a download), so here it splits on whitespace after its \
+own text simplification (simplify_text: lower case, punctuation removed, numbers, weekdays and months \
+normalised, diacritics removed). Each system keeps a different member of a cluster \
+(tokenmill the longest, datatrove the first it read), so only {d['removed_by_both']:,} removed documents are the \
+same ones. Planted pairs caught (one of the two removed):
+
+{chr(10).join(caught)}
+"""
+
+
+def _less_work(r: dict) -> str:
+    """What the shipped configuration skips that datatrove does, as the in-memory child found it."""
+    parts = [f"no {' or '.join(g)} on the {r['docs_with_groups_off']:,} {b} documents" for b, g in r["groups_off"].items()]
+    if r["docs_longer_than_lid"]:
+        parts.append(f"language ID on the first {r['lid_max_chars']:,} characters of the {r['docs_longer_than_lid']:,} "
+                     f"longer documents")
+    return "; ".join(parts) or "none"
+
+
+def _off_short(r: dict) -> str:
+    off = r["groups_off"]
+    return "; ".join(f"{b} skip {' and '.join(g)}" for b, g in off.items()) if off else "no group off"
 
 
 def _banned() -> list:
