@@ -268,11 +268,10 @@ def _version(package: str) -> str:
 
 def _write_outputs(out_dir: Path, results: dict, logs: dict[str, list[dict]]) -> None:
     # Written in place: the stage's StageRun gives it a fresh temporary folder and swaps that in whole.
-    tmp = out_dir
-    (tmp / "samples").mkdir(parents=True, exist_ok=True)
-    (tmp / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    (out_dir / "samples").mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True, allow_nan=False) + "\n")
     for task, rows in logs.items():
-        with open(tmp / "samples" / f"{task}.jsonl", "w", encoding="utf-8") as f:
+        with open(out_dir / "samples" / f"{task}.jsonl", "w", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
 

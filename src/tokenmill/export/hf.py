@@ -263,22 +263,21 @@ def export_run(run_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Pa
 
     # Written in place: the stage's StageRun gives it a fresh temporary folder and swaps that in whole.
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir
-    save_file(hf_weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    _write_json(tmp / "config.json", config)
+    save_file(hf_weights, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    _write_json(out_dir / "config.json", config)
     # Greedy by default and no BOS: the model never saw one (documents are separated by end-of-text only).
-    _write_json(tmp / "generation_config.json", {"bos_token_id": ids["bos"], "eos_token_id": eos,
+    _write_json(out_dir / "generation_config.json", {"bos_token_id": ids["bos"], "eos_token_id": eos,
                                                  "pad_token_id": ids["pad"], "do_sample": False})
     for name in TOKENIZER_FILES:
         if (tokenizer_dir / name).exists():
-            shutil.copyfile(tokenizer_dir / name, tmp / name)
+            shutil.copyfile(tokenizer_dir / name, out_dir / name)
     summary = {
         "architecture": config["architectures"][0], "model_type": config["model_type"], "source": source,
         "step": step, "params": sum(t.numel() for t in hf_weights.values()), "vocab_size": vocab,
         "eos_id": eos, "tie_embeddings": cfg.tie_embeddings, "qk_norm": cfg.qk_norm,
         "document_mask_dropped": cfg.document_mask, "model": cfg.model_dump(),
     }
-    _write_json(tmp / "export.json", summary)
+    _write_json(out_dir / "export.json", summary)
     return summary
 
 
