@@ -133,7 +133,7 @@ WRONG = [  # (section, dotted key below it, value, the whole message after "<sec
     ("quality", "positives.paths", [3], None),  # named as positives.paths[0], below
     ("quality", "negatives.buckets", ["web", 2], None),
     ("quality", "keep.mode", "best", "expected top_fraction or threshold, got 'best'"),
-    ("quality", "on_degenerate", "ignore", "expected refuse or skip_cut, got 'ignore'"),
+    ("quality", "on_degenerate", "ignore", "expected auto, refuse or skip_cut, got 'ignore'"),
     ("mixture", "seed", "x", "expected an integer, got 'x'"),
     ("mixture", "name", 3, "expected a string, got 3"),
     ("mixture", "heldout_fraction", 1.5, "expected a number in [0, 1), got 1.5"),

@@ -383,7 +383,8 @@ class Quality(_Section):
     model: FastTextModel = FastTextModel()
     min_separation: Fraction = 0.2
     min_score_spread: Fraction = 0.02
-    on_degenerate: Literal["refuse", "skip_cut"] = "refuse"
+    # auto: refuse when the reference was named, keep the crawl (with a warning) when it is the project's own
+    on_degenerate: Literal["auto", "refuse", "skip_cut"] = "auto"
     keep: Keep = Keep()
 
 

@@ -13,9 +13,10 @@ negatives are crawl documents that are themselves being cut; scored in-sample th
 Even out of fold, a classifier that separates its training sets perfectly can put every crawl page near 0
 (it learnt "reference vs crawl", nothing that tells crawl pages apart): cutting 30% of such scores is a
 draw. So the held-out scores of the cut buckets must be spread out (score_spread >= min_score_spread), or
-the stage refuses (on_degenerate: refuse) or keeps every document with the reason recorded (skip_cut). When
-nobody named a reference (the positives are the project's own corpus, which no real crawl resembles), it keeps
-the crawl whatever on_degenerate says, with the reason, a metric and one warning line naming the way to one.
+the stage refuses (on_degenerate: refuse) or keeps every document with the reason recorded (skip_cut). The
+default, auto, refuses when the user named the reference, and keeps the crawl when nobody did (the positives are
+then the project's own corpus, which no real crawl resembles), with the reason, a metric and one warning line
+naming the way to a reference.
 Each document is predicted once: a scoring pass keeps every score, and the decisions are made from them.
 """
 
@@ -347,7 +348,9 @@ def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str |
             why = (f"held-out scores of the {scores.size} documents in the cut buckets cannot rank them: 90th - "
                    f"10th percentile of P(hq) = {spread:.4f} < min_score_spread {min_spread} (range "
                    f"{scores.min():.4f}..{scores.max():.4f}); a cut would be decided by noise")
-            if origin == PROJECT_REFERENCE:
+            if on_degenerate == "auto":
+                on_degenerate = "skip_cut" if origin == PROJECT_REFERENCE else "refuse"
+            if on_degenerate == "skip_cut" and origin == PROJECT_REFERENCE:
                 # Nobody named a reference for this crawl: keeping it is the honest default, not a cut by noise
                 # and not a stop on the first real crawl a user brings.
                 skipped = f"no_reference_for_this_crawl: spread {spread:.4f} < {min_spread}"
