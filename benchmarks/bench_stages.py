@@ -50,6 +50,7 @@ section from it without measuring again).
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import datetime as dt
 import glob
 import gzip
@@ -334,6 +335,7 @@ def tm_child(name: str, work: Path) -> dict:
         r["result"] = {"docs": len(docs), "mb": _text_mb(d["text"] for d in docs),
                        "kept": sum(a == "keep" for a, _ in decisions.values()), "groups_off": off,
                        "docs_with_groups_off": sum(d["bucket"] in off for d in docs),
+                       "bucket_docs": dict(Counter(d["bucket"] for d in docs)),
                        "lid_max_chars": proc.lid.max_chars, "longest_chars": longest,
                        "docs_longer_than_lid": sum(len(d["text"]) > proc.lid.max_chars for d in docs)}
     elif name == "nltk-words":
@@ -830,7 +832,7 @@ spaced ~5,000-character pieces of each of the 43 English books (hard-wrapped lin
 header or footer where a piece falls there), gutenberg_fr 10 of each of the 9 French books; abc_news 400 evenly \
 spaced blank-line-separated sections (stories or their sub-headed parts) of each of ABC rural and science. \
 The text pieces are written as JSONL into the temporary directory and ingested like the rest. Buckets: \
-{_buckets_line()}.
+{_buckets_line(sh)}.
 - Stages: each on the previous stage's output with `execution: {{backend: local, workers: 1}}` (runs inline: \
 per-core figures); the equal-work filter stage also with 2 workers (spawn pool over the {ing['shards']} shards). \
 params.yaml's sections, except filter.licences.allow = the workload's licences, \
@@ -885,17 +887,15 @@ the stage's own benchmark (bench_decontam.py, all 18 benchmark files) is in the 
     return text
 
 
-def _buckets_line() -> str:
-    """Which bucket each source is in, and (params.yaml) which rule groups the shipped defaults switch off there."""
-    import yaml
-
-    switches = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["filter"].get("buckets") or {}
+def _buckets_line(shipped: dict) -> str:
+    """Which bucket each source is in, and which rule groups the shipped defaults switch off there (as the
+    in-memory child found them through FilterProcessor.enabled)."""
     by_bucket: dict[str, list[str]] = {}
     for source, (bucket, _) in SOURCES.items():
         by_bucket.setdefault(bucket, []).append(source)
     parts = []
     for bucket, sources in by_bucket.items():
-        off = [g for g, on in (switches.get(bucket) or {}).items() if on is False]
+        off = shipped["groups_off"].get(bucket, [])
         parts.append(f"{bucket} ({', '.join(sources)})" + (f", where params.yaml's filter.buckets.{bucket} switches "
                                                            f"{' and '.join(off)} off" if off else ""))
     return "; ".join(parts)
@@ -1106,7 +1106,7 @@ same ones. Planted pairs caught (one of the two removed):
 
 def _less_work(r: dict) -> str:
     """What the shipped configuration skips that datatrove does, as the in-memory child found it."""
-    parts = [f"no {' or '.join(g)} on the {r['docs_with_groups_off']:,} {b} documents" for b, g in r["groups_off"].items()]
+    parts = [f"no {' or '.join(g)} on the {r['bucket_docs'][b]:,} {b} documents" for b, g in r["groups_off"].items()]
     if r["docs_longer_than_lid"]:
         parts.append(f"language ID on the first {r['lid_max_chars']:,} characters of the {r['docs_longer_than_lid']:,} "
                      f"longer documents")
