@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import io
 import json
 import os
@@ -72,16 +73,16 @@ def child(name: str, work: Path) -> dict:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from bench_stages import build_sources  # the curation workload, built the same way
 
-        from tokenmill.ingest import run_ingest
+        sys.path.insert(0, str(ROOT))
+        from stages import ingest
 
         sources = build_sources(work, DATA.resolve())
-        r = _timed(lambda: run_ingest(sources, {}, one, "data/ingest"))
+        r = _timed(lambda: ingest.stage({"sources": sources, "ingest": {}, "execution": one}))
         return {"ingest_seconds": r["seconds"]}
     if name in ("new", "old", "before"):
         import pyarrow.parquet as pq
 
         from tokenmill import decontam, docstage
-        from tokenmill.decontam import run_decontaminate
         from tokenmill.decontam.stage import resolve_params
 
         import tokenmill
@@ -96,7 +97,13 @@ def child(name: str, work: Path) -> dict:
         processor = decontam.DecontamProcessor if hasattr(docstage, "Processor") else "tokenmill.decontam:DecontamProcessor"
         b = _timed(lambda: docstage._processor(processor, dict(params)))
         proc = b["result"]
-        r = _timed(lambda: run_decontaminate(params, one, data_root="data", input_stage="ingest"))
+        if hasattr(decontam, "run_decontaminate"):  # older trees: the library function opened the stage's run
+            r = _timed(lambda: decontam.run_decontaminate(params, one, data_root="data", input_stage="ingest"))
+        else:  # the stage script of the tree being timed
+            spec = importlib.util.spec_from_file_location("decontaminate_stage", tree.parent / "stages" / "decontaminate.py")
+            stage_script = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(stage_script)
+            r = _timed(lambda: stage_script.stage({"decontaminate": params, "execution": one}, "ingest"))
         manifest = r["result"]
         texts = [{"text": t} for f in sorted(Path("data/ingest/documents").glob("*.parquet"))
                  for t in pq.read_table(f, columns=["text"]).column("text").to_pylist()]

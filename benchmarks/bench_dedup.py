@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill import schema
-from tokenmill.dedup import cluster, minhash, run_dedup
+from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.stage import SketchTask, _binary_column, lsh_shape, resolve_params, sketch_shard
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -377,12 +377,15 @@ def bench_datatrove(paras: list[str], work: Path, python: str, workers: int) -> 
         pq.write_table(pa.table({"id": ids[sl], "text": docs[sl]}), work / "dt_input" / f"part-{s:05d}.parquet")
     res: dict = {"docs": len(docs), "words": sum(len(t.split()) for t in docs)}
 
+    sys.path.insert(0, str(ROOT))
+    from stages import dedup as dedup_stage  # the stage as dvc runs it
+
     cwd = os.getcwd()
     os.chdir(work)  # StageRun writes metrics/ here, not into the project
     try:
         t0, c0 = time.perf_counter(), _cpu_seconds()
-        m = run_dedup({"lines": {"enabled": False}}, {"backend": "local", "workers": workers},
-                      data_root=work / "tm", input_stage="input")
+        m = dedup_stage.stage({"dedup": {"lines": {"enabled": False}},
+                               "execution": {"backend": "local", "workers": workers}}, "input", work / "tm")
         res["tokenmill_s"] = round(time.perf_counter() - t0, 2)
         res["tokenmill_cpu_s"] = round(_cpu_seconds() - c0, 2)
     finally:

@@ -12,7 +12,7 @@ directory, so every subprocess runs there):
    articles cut into ~3,000-character pieces at paragraph boundaries), Gutenberg (30 evenly spaced
    ~5,000-character pieces of each of the 43 English books, 10 of each of the 9 French ones) and ABC news
    (400 evenly spaced stories from each of rural and science), all read in place and written as JSONL into
-   the temporary directory, then ingested with tokenmill's run_ingest into Parquet document shards.
+   the temporary directory, then ingested with tokenmill's ingest stage into Parquet document shards.
 2. tokenmill stages, each on the previous stage's output, with execution {backend: local, workers: 1}
    (inline: per-core figures): filter, pii, dedup, quality, decontaminate. Parameters: params.yaml's sections,
    with three changes that the workload needs: filter.licences.allow lists the workload's licences;
@@ -274,13 +274,13 @@ def tm_child(name: str, work: Path) -> dict:
     cfg = json.loads((work / "bench_config.json").read_text(encoding="utf-8"))
     params = cfg["params"]
     one = {"backend": "local", "workers": 1}
+    sys.path.insert(0, str(ROOT))  # each stage as dvc runs it: the stage scripts' own `stage` functions
     if name == "ingest":
-        from tokenmill.ingest import run_ingest
+        from stages import ingest
 
-        r = _timed(lambda: run_ingest(cfg["sources"], params["ingest"], one, out_dir="data/ingest"))
+        r = _timed(lambda: ingest.stage({"sources": cfg["sources"], "ingest": params["ingest"], "execution": one}))
     elif name.startswith(("filter-equal-w", "filter-shipped-w")):
-        from tokenmill.docstage import run_document_stage
-        from tokenmill.filters import FilterProcessor
+        from stages import filter as filter_stage
 
         kind, workers = name.removeprefix("filter-").split("-w")
         exe = {"backend": "local", "workers": int(workers)}
@@ -291,29 +291,27 @@ def tm_child(name: str, work: Path) -> dict:
             root.mkdir(exist_ok=True)
             (root / "ingest").symlink_to(Path("..") / "data" / "ingest")
         fparams = cfg["filter_equal"] if kind == "equal" else params["filter"]
-        r = _timed(lambda: run_document_stage("filter", "ingest", FilterProcessor,
-                                              fparams, exe, data_root=root))
+        r = _timed(lambda: filter_stage.stage({"filter": fparams, "execution": exe}, "ingest", root))
     elif name == "pii":
-        from tokenmill.docstage import run_document_stage
-        from tokenmill.pii import PIIProcessor
+        from stages import pii
 
-        r = _timed(lambda: run_document_stage("pii", "filter", PIIProcessor, params["pii"], one))
+        r = _timed(lambda: pii.stage({"pii": params["pii"], "execution": one}, "filter"))
     elif name == "dedup":
-        from tokenmill.dedup import run_dedup
+        from stages import dedup
 
-        r = _timed(lambda: run_dedup(params["dedup"], one, data_root="data", input_stage="pii"))
+        r = _timed(lambda: dedup.stage({"dedup": params["dedup"], "execution": one}, "pii"))
     elif name == "quality":
-        from tokenmill.quality import run_quality
+        from stages import quality
 
-        r = _timed(lambda: run_quality(params["quality"], one, data_root="data", input_stage="dedup"))
+        r = _timed(lambda: quality.stage({"quality": params["quality"], "execution": one}, "dedup"))
     elif name == "decontaminate":
-        from tokenmill.decontam import run_decontaminate
+        from stages import decontaminate
         from tokenmill.decontam.stage import build_index
 
         # The index alone first (the stage builds it again, once per worker), to tell building from matching.
         b = _timed(lambda: build_index(params["decontaminate"]).stats)
-        r = _timed(lambda: run_decontaminate(params["decontaminate"], one, data_root="data",
-                                             input_stage="quality"))
+        r = _timed(lambda: decontaminate.stage({"decontaminate": params["decontaminate"], "execution": one},
+                                               "quality"))
         r["index_seconds"], r["index_cpu_seconds"], r["index_stats"] = b["seconds"], b["cpu_seconds"], b["result"]
     elif name in ("tm-filter-core-equal", "tm-filter-core-shipped"):
         from tokenmill.filters import GROUPS, FilterProcessor
@@ -824,7 +822,7 @@ def section(res: dict, stats: dict, cmp: dict | None, info: dict, load: dict, co
 - Date: {started}; {elapsed:.0f} s in all; 1-minute load average before each configuration: \
 {min(loads):.2f}–{max(loads):.2f}.
 - Workload: {ing['docs']:,} documents, {ing['mb']:.1f} MB of text, in {ing['shards']} Parquet shards, built by \
-tokenmill's run_ingest (resiliparse, 1 worker, {res['ingest']['seconds']:.1f} s) from {src_bytes / 1e6:.1f} MB of \
+tokenmill's ingest stage (resiliparse, 1 worker, {res['ingest']['seconds']:.1f} s) from {src_bytes / 1e6:.1f} MB of \
 source files: {_sources_line(ing['by_source'])}. web_warc is every `../shared/data/warc/*.warc.gz` as one warc \
 source; web_cc every `../shared/data/cc_jsonl/*.jsonl.gz` (jsonl, url from metadata.url); wikitext the \
 WikiText-2 raw test articles cut into ~3,000-character pieces at paragraph boundaries; gutenberg 30 evenly \

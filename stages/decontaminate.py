@@ -4,14 +4,21 @@ Usage (dvc.yaml): python stages/decontaminate.py <input stage>
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.decontam import run_decontaminate
-from tokenmill.runtime import load_params, script
+from tokenmill.decontam import decontaminate, resolve_params
+from tokenmill.runtime import StageRun, load_params, script
+
+
+def stage(p: dict, input_stage: str, data_root: str | Path = "data") -> dict:
+    data_root, params = Path(data_root), resolve_params(p["decontaminate"])
+    with StageRun("decontaminate", data_root / "decontaminate", params, input_stage=input_stage) as run:
+        run.record(decontaminate(data_root / input_stage, params, p["execution"], run.tmp))
+    return run.manifest
 
 
 def main(input_stage: str) -> None:
-    p = load_params("decontaminate", "execution")
-    m = run_decontaminate(p["decontaminate"], p["execution"], data_root="data", input_stage=input_stage)
+    m = stage(load_params("decontaminate", "execution"), input_stage)
     print(f"decontaminate: {m['counts']['in']} documents -> {m['counts']['out']} kept")
 
 

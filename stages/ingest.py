@@ -1,15 +1,24 @@
 """DVC stage `ingest`: every declared source file -> document shards + a decision row per record."""
 
 import sys
+from pathlib import Path
 
-from tokenmill.ingest import SourceError, run_ingest
-from tokenmill.runtime import load_params, script
+from tokenmill.ingest import SourceError, ingest_sources, load_sources, resolve_params
+from tokenmill.runtime import StageRun, load_params, script
+
+
+def stage(p: dict, out_dir: str | Path = "data/ingest") -> dict:
+    sources, cfg = load_sources(p["sources"]), resolve_params(p["ingest"])  # both checked before any work
+    params = {"sources": {k: dict(v) for k, v in p["sources"].items()}, "ingest": cfg}
+    with StageRun("ingest", out_dir, params, libraries=(  # what reads records and turns HTML into text
+            "warcio", "fastwarc", "resiliparse", "trafilatura", "charset-normalizer", "zstandard")) as run:
+        run.record(ingest_sources(sources, cfg, p["execution"], run.tmp))
+    return run.manifest
 
 
 def main() -> int:
-    p = load_params("sources", "ingest", "execution")
     try:
-        manifest = run_ingest(p["sources"], p["ingest"], p["execution"], out_dir="data/ingest")
+        manifest = stage(load_params("sources", "ingest", "execution"))
     except SourceError as exc:
         print(f"ingest: {exc}", file=sys.stderr)
         return 2

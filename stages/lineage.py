@@ -6,23 +6,35 @@ Exits non-zero when conservation fails: a pipeline that lost a document must not
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.lineage import resolve_params, run_lineage
-from tokenmill.runtime import load_params, read_manifest, script
+from tokenmill.lineage import build_database, resolve_params
+from tokenmill.runtime import StageRun, load_params, read_manifest, script, stage_chain
+
+
+def stage(p: dict, last_stage: str, token_stage: str | None = None, plan_stage: str | None = None,
+          data_root: str | Path = "data", out_dir: str | Path = "lineage", plots_dir: str | Path = "plots") -> dict:
+    """The database over the document stages ending at `last_stage` (their order follows the manifests' input
+    links); its manifest lists the conservation problems and the planted cases handled wrongly."""
+    data_root, cfg = Path(data_root), resolve_params(p["lineage"])  # a misspelt key stops here
+    stages = stage_chain(data_root, last_stage)
+    params = {"sources": p["sources"], "ground_truth": str(cfg["ground_truth"]), "stages": stages,
+              "token_stage": token_stage, "plan_stage": plan_stage}
+    with StageRun("lineage", out_dir, params, libraries=("duckdb",)) as run:
+        run.record(build_database(data_root, stages, p["sources"], run.tmp, token_stage, plan_stage,
+                                  cfg["ground_truth"], plots_dir))
+    return run.manifest
 
 
 def main(token_stage: str, plan_stage: str) -> int:
-    p = load_params("sources", "lineage")
-    cfg = resolve_params(p["lineage"])  # before any work: a misspelt key stops the stage here
     last = read_manifest(f"data/{token_stage}")["input_stage"]
-    result = run_lineage(p["sources"], "data", "lineage", last, token_stage, plan_stage,
-                         ground_truth=cfg["ground_truth"])
-    for problem in result["problems"]:
+    m = stage(load_params("sources", "lineage"), last, token_stage, plan_stage)
+    for problem in m["conservation_violations"]:
         print(f"lineage: {problem}", file=sys.stderr)
-    for case in result["planted_wrong"]:
+    for case in m.get("planted_wrong", []):
         print(f"lineage: planted case not handled as its ground truth says: {case}", file=sys.stderr)
-    print(f"lineage: built lineage/lineage.duckdb; {len(result['problems'])} conservation problem(s)")
-    return 1 if result["problems"] else 0
+    print(f"lineage: built lineage/lineage.duckdb; {len(m['conservation_violations'])} conservation problem(s)")
+    return 1 if m["conservation_violations"] else 0
 
 
 if __name__ == "__main__":

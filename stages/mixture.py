@@ -5,18 +5,27 @@ It reads the train keys a plan depends on, never the optimiser's: a learning-rat
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.mixture import MixtureError
-from tokenmill.mixture.stage import run_mixture
-from tokenmill.runtime import load_params, script
+from tokenmill.mixture import MixtureError, resolve_params
+from tokenmill.mixture.stage import plan_mixture
+from tokenmill.runtime import StageRun, load_params, script
 
 BUDGET_KEYS = ("seq_len", "global_batch", "token_budget", "tokens_per_param")
 
 
+def stage(p: dict, input_stage: str, data_root: str | Path = "data", plots_dir: str | Path = "plots") -> dict:
+    data_root, mixture = Path(data_root), resolve_params(p["mixture"])
+    params = {"mixture": mixture, "train": dict(p["train"]), "model": dict(p["model"])}
+    with StageRun("mixture", data_root / "mixture", params, input_stage=input_stage,
+                  libraries=("numpy", "duckdb")) as run:
+        run.record(plan_mixture(data_root / input_stage, mixture, p["train"], p["model"], run.tmp, plots_dir))
+    return run.manifest
+
+
 def main(input_stage: str) -> int:
-    p = load_params("mixture", *(f"train.{k}" for k in BUDGET_KEYS), "model")
     try:
-        m = run_mixture(p["mixture"], p["train"], p["model"], data_root="data", input_stage=input_stage)
+        m = stage(load_params("mixture", *(f"train.{k}" for k in BUDGET_KEYS), "model"), input_stage)
     except MixtureError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -4,16 +4,24 @@ Usage (dvc.yaml): python stages/pii.py <input stage>
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.docstage import run_document_stage
+from tokenmill.docstage import map_document_shards
 from tokenmill.pii import PIIProcessor
-from tokenmill.runtime import load_params, script
+from tokenmill.runtime import StageRun, load_params, script
+
+
+def stage(p: dict, input_stage: str, data_root: str | Path = "data") -> dict:
+    data_root = Path(data_root)
+    with StageRun("pii", data_root / "pii", p["pii"], input_stage=input_stage,
+                  libraries=("phonenumbers",)) as run:  # its numbering plans decide what is a phone number
+        run.record(map_document_shards("pii", data_root / input_stage, PIIProcessor, p["pii"], p["execution"],
+                                       run.tmp))
+    return run.manifest
 
 
 def main(input_stage: str) -> None:
-    p = load_params("pii", "execution")
-    m = run_document_stage("pii", input_stage, PIIProcessor, p["pii"], p["execution"],
-                           libraries=("phonenumbers",))  # its numbering plans decide what is a phone number
+    m = stage(load_params("pii", "execution"), input_stage)
     print(f"pii: {m['counts']['in']} documents, {m['counts']['by_action'].get('modify', 0)} redacted")
 
 

@@ -4,14 +4,22 @@ Usage (dvc.yaml): python stages/quality.py <input stage>
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.quality import run_quality
-from tokenmill.runtime import load_params, script
+from tokenmill.quality import resolve_params, score_and_cut
+from tokenmill.runtime import StageRun, load_params, script
+
+
+def stage(p: dict, input_stage: str, data_root: str | Path = "data") -> dict:
+    data_root, params = Path(data_root), resolve_params(p["quality"])  # a typo stops here, before any training
+    with StageRun("quality", data_root / "quality", params, input_stage=input_stage,
+                  libraries=("fasttext-numpy2", "numpy")) as run:
+        run.record(score_and_cut(data_root / input_stage, params, p["execution"], run.tmp))
+    return run.manifest
 
 
 def main(input_stage: str) -> None:
-    p = load_params("quality", "execution")
-    m = run_quality(p["quality"], p["execution"], data_root="data", input_stage=input_stage)
+    m = stage(load_params("quality", "execution"), input_stage)
     print(f"quality: {m['counts']['in']} documents -> {m['counts']['out']} kept")
 
 

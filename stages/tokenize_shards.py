@@ -5,15 +5,23 @@ Usage (dvc.yaml): python stages/tokenize_shards.py <documents stage> <tokenizer 
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.runtime import load_params, script
-from tokenmill.tokenize import run_tokenize
+from tokenmill.runtime import StageRun, load_params, script
+from tokenmill.tokenize import resolve_params, tokenize_documents
+
+
+def stage(p: dict, input_stage: str, tokenizer_stage: str, scores_stage: str, data_root: str | Path = "data") -> dict:
+    data_root, params = Path(data_root), resolve_params(p["tokenize"])
+    with StageRun("tokenize", data_root / "tokenize", params, input_stage=input_stage,
+                  libraries=("sentencepiece", "numpy")) as run:
+        run.record(tokenize_documents(data_root / input_stage, data_root / tokenizer_stage, data_root / scores_stage,
+                                      params, p["execution"], run.tmp))
+    return run.manifest
 
 
 def main(input_stage: str, tokenizer_stage: str, scores_stage: str) -> None:
-    p = load_params("tokenize", "execution")
-    m = run_tokenize(p["tokenize"], p["execution"], data_root="data", input_stage=input_stage,
-                     tokenizer_stage=tokenizer_stage, scores_stage=scores_stage)
+    m = stage(load_params("tokenize", "execution"), input_stage, tokenizer_stage, scores_stage)
     print(f"tokenize: {m['vocab_size']}-token vocabulary, {m['dtype']} shards")
 
 

@@ -7,15 +7,27 @@ mixture's: one vocabulary serves every mixture experiment, so mixtures are compa
 """
 
 import sys
+from pathlib import Path
 
-from tokenmill.runtime import load_params, script
-from tokenmill.tokenizer import run_tokenizer
+from tokenmill.runtime import StageRun, load_params, script
+from tokenmill.tokenizer import AUDIT_BYTES, resolve_params, train_and_audit
+
+
+def stage(p: dict, input_stage: str, data_root: str | Path = "data", audit_bytes_per_bucket: int = AUDIT_BYTES) -> dict:
+    data_root, cfg = Path(data_root), dict(p["tokenizer"])
+    weights = cfg.pop("sample_weights", None)
+    params = resolve_params(cfg)
+    recorded = {**params, "weights": dict(sorted((weights or {}).items())) or None,
+                "audit_bytes_per_bucket": audit_bytes_per_bucket}
+    # It keeps or drops no document, so it has no input stage to conserve (input_stage=None for `audit verify`).
+    with StageRun("tokenizer", data_root / "tokenizer", recorded, input_stage=None,
+                  libraries=("sentencepiece", "tokenizers", "protobuf")) as run:
+        run.record(train_and_audit(data_root / input_stage, params, weights, run.tmp, audit_bytes_per_bucket))
+    return run.manifest
 
 
 def main(input_stage: str) -> None:
-    p = dict(load_params("tokenizer")["tokenizer"])
-    weights = p.pop("sample_weights")
-    m = run_tokenizer(p, weights, data_root="data", input_stage=input_stage)
+    m = stage(load_params("tokenizer"), input_stage)
     print(f"tokenizer: {m['vocab_size']}-token vocabulary")
 
 

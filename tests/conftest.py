@@ -141,15 +141,17 @@ def load_output(out_dir: Path) -> IngestOutput:
 
 def run_ingest_in(workdir: Path, sources: Mapping[str, Any], out_name: str = "ingest",
                   ingest_cfg: Mapping | None = None, execution: Mapping | None = None) -> IngestOutput:
-    """run_ingest with the CWD at workdir (it writes metrics/ relative to the CWD); returns its outputs."""
-    from tokenmill.ingest import run_ingest
+    """The ingest stage (stages/ingest.py) with the CWD at workdir (it writes metrics/ relative to the CWD);
+    returns its outputs."""
+    from stages import ingest
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     old = os.getcwd()
     os.chdir(workdir)
     try:
-        run_ingest(dict(sources), dict(ingest_cfg or {}), dict(execution or {"workers": 1}), out_name)
+        ingest.stage({"sources": dict(sources), "ingest": dict(ingest_cfg or {}),
+                      "execution": dict(execution or {"workers": 1})}, out_name)
     finally:
         os.chdir(old)
     return load_output(workdir / out_name)

@@ -23,8 +23,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from stages import decontaminate as decontaminate_stage
 from tokenmill import schema
-from tokenmill.decontam import DecontamProcessor, item_id, normalize, read_benchmark, run_decontaminate
+from tokenmill.decontam import DecontamProcessor, item_id, normalize, read_benchmark
 from tokenmill.decontam.stage import CONTAMINATION, DEFAULTS, resolve_params
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -296,6 +297,12 @@ def test_real_documents_are_clean_except_real_quotations(full_index_proc):
 
 # --- the stage -------------------------------------------------------------------------------------------
 
+def run_decontaminate(params: dict) -> dict:
+    """The decontaminate stage (stages/decontaminate.py) over data/quality of the working directory."""
+    return decontaminate_stage.stage({"decontaminate": params, "execution": {"backend": "local", "workers": 1}},
+                                     "quality")
+
+
 def _document(doc_id: str, text: str) -> dict:
     return {"doc_id": doc_id, "text": text, "source": "test", "bucket": "web", "file": "x", "locator": doc_id}
 
@@ -314,7 +321,7 @@ def test_stage_writes_decisions_documents_and_contamination_table(tmp_path, monk
     ]
     schema.write_parquet(docs, schema.DOCUMENT, tmp_path / "data" / "quality" / "documents" / "x.parquet")
     params = {**PARAMS, "action": action, "benchmarks": [spec("gsm8k"), spec("humaneval")]}
-    manifest = run_decontaminate(params, {"backend": "local", "workers": 1}, data_root="data", input_stage="quality")
+    manifest = run_decontaminate(params)
 
     out = tmp_path / "data" / "decontaminate"
     decisions = {d["doc_id"]: d for d in pq.read_table(out / "decisions" / "x.parquet").to_pylist()}
@@ -359,7 +366,7 @@ def test_stage_writes_decisions_documents_and_contamination_table(tmp_path, monk
 
     # a rerun writes byte-identical decisions and contamination table (contract 6)
     before = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
-    run_decontaminate(params, {"backend": "local", "workers": 1}, data_root="data", input_stage="quality")
+    run_decontaminate(params)
     assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.parquet"))} == before
 
     # The shard loop keeps documents as slices of the input table (dropping) or as the input file copied

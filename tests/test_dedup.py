@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stages import dedup as dedup_stage
 from tokenmill import schema
-from tokenmill.dedup import cluster, minhash, run_dedup
+from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.stage import DEFAULTS, SketchTask, lsh_shape, resolve_params, sketch_shard
 from tokenmill.dedup.text import exact_key, line_hashes, remove_lines
 from conftest import missing_shared_data  # skips, or fails under CI=true
@@ -260,7 +261,7 @@ def test_stage_decisions_conservation_and_reproducibility(tmp_path, monkeypatch)
     data = tmp_path / "data"
     planted = build_corpus(data)
     inputs = schema.read_parquet(sorted((data / "pii" / "documents").glob("*.parquet")), schema.DOCUMENT)
-    manifest = run_dedup({}, {"backend": "local", "workers": 1}, data_root=data, input_stage="pii")
+    manifest = dedup_stage.stage({"dedup": {}, "execution": {"backend": "local", "workers": 1}}, "pii", data)
     out = data / "dedup"
     decisions, docs = read_outputs(out)
 
@@ -311,9 +312,9 @@ def test_stage_decisions_conservation_and_reproducibility(tmp_path, monkeypatch)
 
     # byte-identical on rerun, and with two worker processes
     first = output_bytes(out)
-    run_dedup({}, {"backend": "local", "workers": 1}, data_root=data, input_stage="pii")
+    dedup_stage.stage({"dedup": {}, "execution": {"backend": "local", "workers": 1}}, "pii", data)
     assert output_bytes(out) == first
-    run_dedup({}, {"backend": "local", "workers": 2}, data_root=data, input_stage="pii")
+    dedup_stage.stage({"dedup": {}, "execution": {"backend": "local", "workers": 2}}, "pii", data)
     assert output_bytes(out) == first
     assert not list(data.glob(".dedup*")), "temporary directories left behind"
     assert sorted(p.name for p in out.iterdir()) == ["decisions", "documents", "manifest.json"]
@@ -368,7 +369,7 @@ def test_clustering_reports_its_phases(tmp_path, monkeypatch, capsys):
     data = tmp_path / "data"
     build_corpus(data)
     monkeypatch.setenv("TOKENMILL_PROGRESS", "1")
-    run_dedup({}, {"backend": "local", "workers": 1}, data_root=data, input_stage="pii")
+    dedup_stage.stage({"dedup": {}, "execution": {"backend": "local", "workers": 1}}, "pii", data)
     phases = [line.split(":")[2].strip().split(" ")[0] for line in capsys.readouterr().err.splitlines()
               if line.startswith("dedup: near duplicates:")]
     assert phases == ["candidate_pairs", "verify", "components", "representatives"], phases

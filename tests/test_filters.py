@@ -514,7 +514,7 @@ def test_bucket_switches_code_is_not_prose(proc):
 
 
 def test_filter_stage_through_docstage(conf, tmp_path, monkeypatch, text_dir, base_paragraphs):
-    from tokenmill.docstage import run_document_stage
+    from stages import filter as filter_stage
 
     code = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text(encoding="utf-8")
     french = (text_dir / "multilingual" / "udhr2" / "fra.txt").read_text(encoding="utf-8")
@@ -533,8 +533,7 @@ def test_filter_stage_through_docstage(conf, tmp_path, monkeypatch, text_dir, ba
     data = tmp_path / "data"
     schema.write_parquet(rows, schema.DOCUMENT, data / "ingest" / "documents" / "x.parquet")
     monkeypatch.chdir(tmp_path)
-    manifest = run_document_stage("filter", "ingest", FilterProcessor, conf,
-                                  {"backend": "local", "workers": 1}, data_root=data)
+    manifest = filter_stage.stage({"filter": conf, "execution": {"backend": "local", "workers": 1}}, "ingest", data)
 
     decisions = pq.read_table(data / "filter" / "decisions" / "x.parquet").to_pylist()
     assert sorted(d["doc_id"] for d in decisions) == sorted(expected)  # one decision per document

@@ -421,21 +421,19 @@ def test_parquet_damage_is_a_read_error_or_a_drop(fuzz):
 
 def test_per_document_stages_and_lineage_survive_the_fuzzed_corpus(fuzz):
     """filter, pii and dedup run over what ingest kept; the lineage then verifies conservation end to end."""
+    from stages import dedup, filter as filter_stage, lineage as lineage_stage, pii
     from tokenmill import lineage
-    from tokenmill.dedup import run_dedup
-    from tokenmill.docstage import run_document_stage
-    from tokenmill.filters import FilterProcessor
-    from tokenmill.pii import PIIProcessor
 
     root = fuzz["root"] / "run"
     data = root / "data"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        run_document_stage("filter", "ingest", FilterProcessor, {}, {"workers": 2}, data)
-        run_document_stage("pii", "filter", PIIProcessor, {}, {"workers": 2}, data)
-        run_dedup({}, {"workers": 2}, data_root=data, input_stage="pii")
-        result = lineage.run_lineage(fuzz["sources"], data_root=data, out_dir=root / "lineage", last_stage="dedup")
-    assert result["problems"] == []
+        filter_stage.stage({"filter": {}, "execution": {"workers": 2}}, "ingest", data)
+        pii.stage({"pii": {}, "execution": {"workers": 2}}, "filter", data)
+        dedup.stage({"dedup": {}, "execution": {"workers": 2}}, "pii", data)
+        m = lineage_stage.stage({"sources": fuzz["sources"], "lineage": {}}, "dedup", data_root=data,
+                                out_dir=root / "lineage")
+    assert m["conservation_violations"] == []
     con = lineage.connect(root / "lineage" / lineage.DB_NAME)
     try:
         assert lineage.verify(con) == []

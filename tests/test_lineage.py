@@ -6,8 +6,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from stages import ingest as ingest_stage, lineage as lineage_stage
 from tokenmill import cli, lineage
-from tokenmill.ingest import run_ingest
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 pytestmark = pytest.mark.usefixtures("shared_data")  # skips without ../shared/data; fails under CI=true
@@ -26,14 +26,16 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("lineage")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)  # stages write metrics/ relative to the working directory
-        run_ingest(SOURCES, {}, {"backend": "local", "workers": 1}, out_dir=root / "data" / "ingest")
-        result = lineage.run_lineage(SOURCES, data_root=root / "data", out_dir=root / "lineage", last_stage="ingest")
+        ingest_stage.stage({"sources": SOURCES, "ingest": {}, "execution": {"backend": "local", "workers": 1}},
+                           out_dir=root / "data" / "ingest")
+        result = lineage_stage.stage({"sources": SOURCES, "lineage": {}}, "ingest", data_root=root / "data",
+                                     out_dir=root / "lineage")
     return root, result
 
 
 def test_tables_and_fates(built):
     root, result = built
-    assert result["problems"] == []
+    assert result["conservation_violations"] == []
     con = lineage.connect(root / "lineage" / lineage.DB_NAME)
     tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
     assert {"documents", "decisions", "stages", "sources", "records", "read_errors", "source_files"} <= tables
@@ -89,8 +91,9 @@ def test_verify_names_a_document_that_went_missing(built, tmp_path, capsys, monk
     table = pq.read_table(shard)
     victim = table.column("doc_id")[0].as_py()
     pq.write_table(table.slice(1), shard)
-    result = lineage.run_lineage(SOURCES, data_root=data, out_dir=tmp_path / "lineage", last_stage="ingest")
-    assert any(victim in p and "went missing" in p for p in result["problems"])
+    result = lineage_stage.stage({"sources": SOURCES, "lineage": {}}, "ingest", data_root=data,
+                                 out_dir=tmp_path / "lineage")
+    assert any(victim in p and "went missing" in p for p in result["conservation_violations"])
     db = str(tmp_path / "lineage" / lineage.DB_NAME)
     assert cli.main(["audit", "--db", db, "verify"]) == 1
     assert victim in capsys.readouterr().out

@@ -47,8 +47,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from stages import pii as pii_stage
 from tokenmill import schema
-from tokenmill.docstage import run_document_stage
 from tokenmill.pii import DEFAULT_TOKENS, PIIProcessor, redact
 from tokenmill.pii.detectors import TYPES, find_all, iban_valid, luhn_valid
 from tokenmill.sample import plant
@@ -520,8 +520,8 @@ def test_stage_keeps_doc_ids_and_writes_a_decision_per_document(tmp_path, monkey
             for i, t in enumerate(texts)]
     schema.write_parquet(rows, schema.DOCUMENT, tmp_path / "data/filter/documents/x.parquet")
     params = {"tokens": {"phone": "<TEL>"}}
-    manifest = run_document_stage("pii", "filter", PIIProcessor, params,
-                                  {"backend": "local", "workers": 1}, data_root=tmp_path / "data")
+    manifest = pii_stage.stage({"pii": params, "execution": {"backend": "local", "workers": 1}}, "filter",
+                               tmp_path / "data")
     docs = pq.read_table(tmp_path / "data/pii/documents/x.parquet").to_pylist()
     decisions = {d["doc_id"]: d for d in pq.read_table(tmp_path / "data/pii/decisions/x.parquet").to_pylist()}
     assert [d["doc_id"] for d in docs] == ["id0", "id1", "id2", "id3"]

@@ -9,6 +9,7 @@ output, one stage for a comment edit, the plan and below for a mixture experimen
 
 import html
 import json
+import os
 import shutil
 import sys
 import time
@@ -475,19 +476,26 @@ def test_lineage_stage_fails_when_a_document_goes_missing(demo, tmp_path):
     assert victim in proc.stderr and " 0 conservation problem(s)" not in proc.stdout, proc.stderr
 
 
-@pytest.mark.slow
-def test_two_fresh_clones_build_identical_data(demo, tmp_path):
-    """Every data stage's output is a function of parameters, inputs and code: a second clean build, in
-    another fresh clone, gives the same dvc.lock hash for each of them."""
-    repo, _, lock = demo
-    other = _fresh_clone(tmp_path)
-    _run(["dvc", "repro", "mixture", "evalset"], other)
+# Every data stage's output hash in dvc.lock when this test's configuration is built: a build is a function of
+# parameters, inputs and code, so any clean build anywhere gives these. Recorded from a fresh-clone build of
+# 867a1d4, before the stage scripts took over the StageRun from the library functions (a change meant to keep
+# every output). A change meant to change an output rewrites the file: TOKENMILL_E2E_WRITE_HASHES=1.
+DATA_HASHES = Path(__file__).with_name("e2e_data_hashes.json")
+
+
+def test_data_stages_build_the_recorded_hashes(demo):
+    """Every data stage's output (and its metrics) is byte-identical to the recorded build: the build is
+    deterministic across clones, folders and time, and no refactoring changed what a stage writes."""
+    _, _, lock = demo
     data = DATA_STAGES + ["mixture"]
-    first = {s: st["outs"] for s, st in yaml.safe_load(lock)["stages"].items() if s in data}
-    second = {s: st["outs"] for s, st in yaml.safe_load((other / "dvc.lock").read_text())["stages"].items()}
-    assert set(first) == set(data)
-    for stage in data:
-        assert second[stage] == first[stage], stage
+    built = {s: {o["path"]: o["md5"] for o in st["outs"]}
+             for s, st in yaml.safe_load(lock)["stages"].items() if s in data}
+    if os.environ.get("TOKENMILL_E2E_WRITE_HASHES"):
+        DATA_HASHES.write_text(json.dumps(built, indent=2) + "\n")
+    recorded = json.loads(DATA_HASHES.read_text())
+    assert set(built) == set(recorded) == set(data)
+    changed = [f"{s}: {path}" for s in data for path in recorded[s] if built[s].get(path) != recorded[s][path]]
+    assert not changed, f"outputs differ from tests/{DATA_HASHES.name}: {changed}"
 
 
 @pytest.mark.slow

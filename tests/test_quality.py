@@ -17,8 +17,9 @@ import duckdb
 import numpy as np
 import pytest
 
+from stages import quality as quality_stage
 from tokenmill import quality, schema
-from tokenmill.quality import auc, hq_probability, prepare, resolve_params, run_quality
+from tokenmill.quality import auc, hq_probability, prepare, resolve_params
 from tokenmill.sample.build import build_reference
 
 
@@ -63,6 +64,11 @@ PARAMS = {
 }
 
 
+def run_quality(params: dict, data_root: Path) -> dict:
+    """The quality stage (stages/quality.py) over data_root/dedup, one local worker."""
+    return quality_stage.stage({"quality": params, "execution": {"backend": "local", "workers": 1}}, "dedup", data_root)
+
+
 def _stage(root: Path, reference: list[str], crawl: list[str], params: dict) -> tuple[dict, list[dict]]:
     rows = [{"doc_id": f"wiki{i:05d}", "text": t, "source": "wiki", "bucket": "reference"}
             for i, t in enumerate(reference)]
@@ -71,7 +77,7 @@ def _stage(root: Path, reference: list[str], crawl: list[str], params: dict) -> 
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        return run_quality(params, {"backend": "local", "workers": 1}, data_root=root / "data", input_stage="dedup"), rows
+        return run_quality(params, root / "data"), rows
     finally:
         os.chdir(cwd)
 
@@ -214,14 +220,13 @@ def test_a_classifier_that_did_not_learn_is_an_error(ranked, tmp_path, monkeypat
               "keep": {"mode": "threshold", "top_fraction": 0.5, "threshold": 0.5}}
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="did not learn"):
-        run_quality(params, {"backend": "local", "workers": 1}, data_root=data, input_stage="dedup")
+        run_quality(params, data)
     assert not (data / "quality").exists()  # nothing half-written
 
 
 def test_bad_on_degenerate_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="on_degenerate"):
-        run_quality({**PARAMS, "on_degenerate": "ignore"}, {"backend": "local", "workers": 1}, data_root=tmp_path,
-                    input_stage="dedup")
+        run_quality({**PARAMS, "on_degenerate": "ignore"}, tmp_path)
 
 
 def _book_prose(text: Path, per_book: int) -> list[str]:

@@ -46,7 +46,7 @@ def _tree(root: Path) -> dict[str, str]:
 def lineage_db(tmp_path_factory, shared_data):
     """A real lineage database built from two real crawl files, and a second database an attacker might
     try to write through ATTACH."""
-    from tokenmill.ingest import run_ingest
+    from stages import ingest as ingest_stage, lineage as lineage_stage
 
     root = tmp_path_factory.mktemp("audit")
     sources = {"cc": {"format": "warc", "bucket": "web", "licence": "cc-terms-of-use",
@@ -54,8 +54,10 @@ def lineage_db(tmp_path_factory, shared_data):
                                 str(shared_data / "warc" / "resiliparse_clipped.warc.gz")]}}
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        run_ingest(sources, {}, {"workers": 1}, out_dir=root / "data" / "ingest")
-        lineage.run_lineage(sources, data_root=root / "data", out_dir=root / "lineage", last_stage="ingest")
+        ingest_stage.stage({"sources": sources, "ingest": {}, "execution": {"workers": 1}},
+                           out_dir=root / "data" / "ingest")
+        lineage_stage.stage({"sources": sources, "lineage": {}}, "ingest", data_root=root / "data",
+                            out_dir=root / "lineage")
     other = root / "other.duckdb"
     duckdb.connect(str(other)).execute("CREATE TABLE t AS SELECT 1 AS a").close()
     return root / "lineage" / lineage.DB_NAME, other

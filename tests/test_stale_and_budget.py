@@ -33,7 +33,7 @@ from tiny_run import copy_project, small_benchmarks
 from tiny_run import run as run_in  # dvc from this venv, a git identity, no progress bars
 from tokenmill.config import compose
 from tokenmill.mixture import MixtureError
-from tokenmill.mixture.stage import run_mixture
+from stages import mixture as mixture_stage
 from tokenmill.runtime import HOST, StageRun, sweep_stale, temporary
 from tokenmill.train.config import model_size, parse_run
 from tokenmill.train.loop import plan_steps
@@ -171,6 +171,11 @@ def _budget(token_budget, tokens_per_param=1.0):
     return {"seq_len": 64, "global_batch": 2, "token_budget": token_budget, "tokens_per_param": tokens_per_param}
 
 
+def run_mixture(mixture: dict, budget: dict, model: dict) -> dict:
+    """The mixture stage (stages/mixture.py) over data/tokenize of the working directory."""
+    return mixture_stage.stage({"mixture": mixture, "train": budget, "model": model}, "tokenize")
+
+
 def test_a_derived_budget_the_corpus_cannot_fill_is_capped_with_one_warning(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # metrics/, runs/ and plots/ of the stage go here
     _token_dir(tmp_path / "data")
@@ -179,7 +184,7 @@ def test_a_derived_budget_the_corpus_cannot_fill_is_capped_with_one_warning(tmp_
     # web/high's share: 0.9 x 0.5 + 0.1 = 0.55 of the budget, at most 4 x 3,030 tokens; web/low's 0.45, at
     # most 2 x 6,060: web/high runs out first, at 12,120 / 0.55 = 22,036 tokens.
     assert requested > 30_000
-    m = run_mixture(MIXTURE, _budget(None), MODEL, data_root="data", input_stage="tokenize")
+    m = run_mixture(MIXTURE, _budget(None), MODEL)
     err = capsys.readouterr().err
     warnings = [line for line in err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and err.count("\n") == 1, err
@@ -201,15 +206,14 @@ def test_a_derived_budget_the_corpus_cannot_fill_is_capped_with_one_warning(tmp_
     # A budget the user set is what they asked for: the plan stops, naming the bucket, as before.
     with pytest.raises(MixtureError, match=r"bucket 'web/high' would be repeated 8\.24 times .* max_epochs is 4\.0; "
                                            r"lower its weight, lower the budget or raise max_epochs"):
-        run_mixture(MIXTURE, _budget(requested), MODEL, data_root="data", input_stage="tokenize")
+        run_mixture(MIXTURE, _budget(requested), MODEL)
     # One it can fill is planned in full, and says it was not capped.
-    m = run_mixture(MIXTURE, _budget(20_000), MODEL, data_root="data", input_stage="tokenize")
+    m = run_mixture(MIXTURE, _budget(20_000), MODEL)
     metrics = json.loads((tmp_path / "metrics" / "mixture.json").read_text())
     assert metrics["budget_capped"] is False and metrics["requested_tokens"] == metrics["token_budget"] == 20_000
     assert "warning" not in capsys.readouterr().err
     # A derived budget that fits is not touched either.
-    m = run_mixture(MIXTURE, _budget(None, tokens_per_param=20_000 / params), MODEL, data_root="data",
-                    input_stage="tokenize")
+    m = run_mixture(MIXTURE, _budget(None, tokens_per_param=20_000 / params), MODEL)
     assert m["token_budget"] == int(20_000 / params * params)
     assert json.loads((tmp_path / "metrics" / "mixture.json").read_text())["budget_capped"] is False
 

@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tokenmill import schema
-from tokenmill.tokenize import encode_documents, newline_id, run_tokenize, tier_of
+from stages import tokenize_shards
+from tokenmill.tokenize import encode_documents, newline_id, tier_of
 from tokenmill.tokenizer import Tokenizer, train_tokenizer
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -56,9 +57,9 @@ def tokenized(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        manifest = run_tokenize({"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}}, {"backend": "local", "workers": 2},
-                                data_root=data, input_stage="decontaminate", tokenizer_stage="tokenizer",
-                                scores_stage="quality")
+        manifest = tokenize_shards.stage({"tokenize": {"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}},
+                                          "execution": {"backend": "local", "workers": 2}},
+                                         "decontaminate", "tokenizer", "quality", data_root=data)
     finally:
         os.chdir(cwd)
     return data, docs, manifest
@@ -136,8 +137,9 @@ def test_rerun_is_byte_identical(tokenized, tmp_path, monkeypatch):
     for part in ("decontaminate", "tokenizer", "quality"):
         shutil.copytree(data / part, copy / part)
     monkeypatch.chdir(tmp_path)
-    run_tokenize({"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}}, {"backend": "local", "workers": 1},
-                 data_root=copy, input_stage="decontaminate", tokenizer_stage="tokenizer", scores_stage="quality")
+    tokenize_shards.stage({"tokenize": {"quality_tiers": {"web": {"high": 0.5, "low": 0.0}}},
+                           "execution": {"backend": "local", "workers": 1}},
+                          "decontaminate", "tokenizer", "quality", data_root=copy)
     a = sorted(p.relative_to(data / "tokenize") for p in (data / "tokenize").rglob("*") if p.is_file())
     b = sorted(p.relative_to(copy / "tokenize") for p in (copy / "tokenize").rglob("*") if p.is_file())
     assert a == b

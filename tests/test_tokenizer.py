@@ -330,15 +330,17 @@ def test_small_sample_gives_a_smaller_vocabulary(tmp_path, corpus):
 
 
 def test_stage_on_document_shards(tmp_path, monkeypatch, corpus):
-    """run_tokenizer: document shards in, tokenizer + audit + manifest + metrics out."""
+    """The tokenizer stage: document shards in, tokenizer + audit + manifest + metrics out."""
+    from stages import tokenizer as tokenizer_stage
     from tokenmill import schema
-    from tokenmill.tokenizer import Tokenizer, run_tokenizer
+    from tokenmill.tokenizer import Tokenizer
 
     monkeypatch.chdir(tmp_path)  # StageRun writes metrics/ relative to the working directory
     rows = [{**dict.fromkeys(schema.DOCUMENT.names), "doc_id": f"{b}-{i}", "bucket": b, "text": t}
             for b in ("english", "code") for i, t in enumerate(corpus[b][:6])]
     schema.write_parquet(rows, schema.DOCUMENT, tmp_path / "data" / "decontaminate" / "documents" / "part-0.parquet")
-    manifest = run_tokenizer({"vocab_size": 1500, "sample_bytes": 300_000}, {"english": 1, "code": 1}, "data", "decontaminate")
+    manifest = tokenizer_stage.stage({"tokenizer": {"vocab_size": 1500, "sample_bytes": 300_000,
+                                                    "sample_weights": {"english": 1, "code": 1}}}, "decontaminate")
     out = tmp_path / "data" / "tokenizer"
     assert manifest["stage"] == "tokenizer" and (out / "hf" / "tokenizer.json").is_file()
     audit = json.loads((out / "audit.json").read_text())

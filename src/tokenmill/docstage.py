@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from tokenmill import columns, schema
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, input_id, temporary
+from tokenmill.runtime import StageResult, input_id, temporary
 
 
 @dataclass
@@ -123,25 +123,16 @@ def _write_kept(input_path: str, source: pq.ParquetFile, table: pa.Table, docs: 
         schema.write_parquet(kept, schema.DOCUMENT, target)
 
 
-def map_document_shards(run: StageRun, input_stage: str, processor: type[Processor], params: Mapping,
-                        execution_cfg: Mapping | None, data_root: str | Path = "data") -> None:
-    """Apply `processor` to every document shard of `input_stage`, writing into `run`'s output."""
-    data_root = Path(data_root)
-    shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
-    run.input_hashes[input_stage] = input_id(data_root / input_stage)
-    tasks = [ShardTask(run.stage, processor, dict(params), str(p), str(run.tmp)) for p in shards]
+def map_document_shards(stage: str, input_dir: str | Path, processor: type[Processor], params: Mapping,
+                        execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
+    """Apply `processor` to every document shard of `input_dir` (a stage's output folder), writing the kept
+    documents and one decision per document under `out_dir`; returns the counts and the input's digest."""
+    input_dir = Path(input_dir)
+    result = StageResult()
+    result.input_hashes[input_dir.name] = input_id(input_dir)
+    shards = sorted((input_dir / "documents").glob("*.parquet"))
+    tasks = [ShardTask(stage, processor, dict(params), str(p), str(out_dir)) for p in shards]
     with make_executor(execution_cfg) as ex:
-        for result in ex.map(process_shard, tasks, desc=run.stage):
-            run.add_counts(result["counts"])
-
-
-def run_document_stage(stage: str, input_stage: str, processor: type[Processor], params: Mapping,
-                       execution_cfg: Mapping | None, data_root: str | Path = "data",
-                       libraries: tuple[str, ...] = ()) -> dict:
-    """Run `processor` over every document shard of `input_stage`; outputs go to data_root/stage.
-
-    libraries: the distributions whose versions shape the processor's decisions (they enter the run id)."""
-    with StageRun(stage, Path(data_root) / stage, dict(params), input_stage=input_stage,
-                  libraries=libraries) as run:
-        map_document_shards(run, input_stage, processor, params, execution_cfg, data_root)
-    return run.manifest
+        for counts in ex.map(process_shard, tasks, desc=stage):
+            result.add_counts(counts["counts"])
+    return result

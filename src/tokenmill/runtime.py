@@ -1,8 +1,11 @@
 """What every stage does around its real work: read params, write outputs atomically, write a manifest.
 
-A stage script is `with StageRun(name, out_dir, params) as run: ...; run.count(...)`. On success the
-temporary output directory is renamed into place and the manifest and metrics are written; on failure
-nothing at the final path changes, so a killed stage can never be mistaken for a finished one (contract 6).
+A stage script owns its run: `with StageRun(name, out_dir, params) as run: run.record(work(inputs, params,
+run.tmp))`. The library function doing the work takes its inputs, its parameters and an output directory and
+returns a StageResult (counts per decision, input digests, manifest fields, metrics); it never opens a run.
+On success the temporary output directory is renamed into place and the manifest and metrics are written; on
+failure nothing at the final path changes, so a killed stage can never be mistaken for a finished one
+(contract 6).
 """
 
 from __future__ import annotations
@@ -359,7 +362,42 @@ def run_record(stage: str, params: Mapping[str, Any], inputs: Mapping[str, str],
     }
 
 
-class StageRun:
+class StageResult:
+    """What a stage's work returns to the StageRun that records it: every field is optional.
+
+    input_hashes: input name -> content id (they enter the run id); reasons: (action, reason) -> documents, for
+    the stages that decide per document (add_counts); extra: more manifest fields, deterministic content only
+    (any `seconds` in them move to the run record); timing: more run-record fields (seconds, throughput);
+    metrics: more deterministic metrics beside the document counts.
+    """
+
+    def __init__(self) -> None:
+        self.input_hashes: dict[str, str] = {}
+        self.counts_in = 0
+        self.reasons: Counter[tuple[str, str]] = Counter()
+        self.extra: dict[str, Any] = {}
+        self.timing: dict[str, Any] = {}
+        self.metrics: dict[str, Any] = {}
+
+    def add_counts(self, counts: Mapping[str, int]) -> None:
+        """counts: {"action:reason": n}, as returned by per-shard workers."""
+        for key, n in counts.items():
+            action, reason = key.split(":", 1)
+            self.reasons[(action, reason)] += n
+            self.counts_in += n
+
+    def record(self, other: "StageResult") -> "StageResult":
+        """Add another result's inputs, decisions and fields to this one (a stage whose work has parts)."""
+        self.input_hashes.update(other.input_hashes)
+        self.reasons.update(other.reasons)
+        self.counts_in += other.counts_in
+        self.extra.update(other.extra)
+        self.timing.update(other.timing)
+        self.metrics.update(other.metrics)
+        return self
+
+
+class StageRun(StageResult):
     """Context for one stage execution: a temporary output dir, counters, the manifest and the run record.
 
     Two records come out of a run (contract 5):
@@ -382,13 +420,8 @@ class StageRun:
         self.metrics_dir = Path(metrics_dir)
         self.runs_dir = Path(runs_dir)
         self.libraries = tuple(libraries)  # beyond pyarrow, which writes every stage's Parquet
-        self.tmp = temporary(self.out_dir)
-        self.input_hashes: dict[str, str] = {}
-        self.counts_in = 0
-        self.reasons: Counter[tuple[str, str]] = Counter()  # (action, reason) -> documents
-        self.extra: dict[str, Any] = {}  # more manifest fields: deterministic content only
-        self.timing: dict[str, Any] = {}  # more run-record fields: seconds, throughput
-        self.metrics: dict[str, Any] = {}  # more deterministic metrics beside the document counts
+        self.tmp = temporary(self.out_dir)  # where the work writes; renamed to out_dir when it succeeds
+        super().__init__()  # what the work reports: run.record(result), or run.metrics[...] = ... directly
 
     def __enter__(self) -> "StageRun":
         from tokenmill.execution.lifetime import end_with_launcher
@@ -400,13 +433,6 @@ class StageRun:
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir(parents=True)
         return self
-
-    def add_counts(self, counts: Mapping[str, int]) -> None:
-        """counts: {"action:reason": n}, as returned by per-shard workers."""
-        for key, n in counts.items():
-            action, reason = key.split(":", 1)
-            self.reasons[(action, reason)] += n
-            self.counts_in += n
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is not None:

@@ -1,14 +1,14 @@
 """Benchmark decontamination: index benchmark items as normalised word sequences, align documents to them.
 
 readers.py reads benchmark files and names items (`item_id`), ngrams.py normalises, hashes and aligns,
-stage.py holds the per-document processor, the contamination table and the stage entry point.
+stage.py holds the per-document processor, the contamination table and the stage's work (decontaminate).
 """
 
 from tokenmill.decontam.ngrams import Matches, NgramIndex, normalize, text_hashes
 from tokenmill.decontam.readers import READERS, item_id, read_benchmark, read_items
 from tokenmill.decontam.stage import (CONTAMINATION, DecontamProcessor, benchmark_digests, build_index,
-                                      run_decontaminate, write_contamination)
+                                      decontaminate, resolve_params, write_contamination)
 
 __all__ = ["CONTAMINATION", "DecontamProcessor", "Matches", "NgramIndex", "READERS", "benchmark_digests",
-           "build_index", "item_id", "normalize", "read_benchmark", "read_items", "run_decontaminate",
-           "text_hashes", "write_contamination"]
+           "build_index", "item_id", "normalize", "read_benchmark", "read_items", "decontaminate",
+           "resolve_params", "text_hashes", "write_contamination"]

@@ -22,7 +22,7 @@ from tokenmill import columns, schema
 from tokenmill.decontam.ngrams import NgramIndex, _prepare, hash_texts
 from tokenmill.decontam.readers import benchmark_path, read_items
 from tokenmill.docstage import Outcome, map_document_shards
-from tokenmill.runtime import StageRun, sha1_file, tree_digest
+from tokenmill.runtime import StageResult, sha1_file, tree_digest
 from tokenmill.params import defaults, resolve
 
 STAGE = "decontaminate"
@@ -186,15 +186,16 @@ def benchmark_digests(params: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def run_decontaminate(params: Mapping[str, Any], execution_cfg: Mapping | None, data_root: str | Path,
-                      input_stage: str) -> dict:
-    """The stage: a decision per document through the shared shard loop, then the contamination table."""
+def decontaminate(input_dir: str | Path, params: Mapping[str, Any], execution_cfg: Mapping | None,
+                  out_dir: str | Path) -> StageResult:
+    """A decision per document of input_dir (a stage's output folder) through the shared shard loop, then the
+    contamination table, all under out_dir; the benchmark files' digests are inputs of the run."""
     p = resolve_params(params)
-    digests = benchmark_digests(p)  # also fails here, in one line, on a missing benchmark (not in every worker)
-    with StageRun(STAGE, Path(data_root) / STAGE, p, input_stage=input_stage) as run:
-        run.input_hashes.update(digests)  # a changed benchmark file is a new run
-        map_document_shards(run, input_stage, DecontamProcessor, p, execution_cfg, data_root)
-        stats = write_contamination(run.tmp)  # inside the run: the table lands before the rename
-        run.metrics["contamination"] = stats
-        run.extra["contamination"] = stats
-    return run.manifest
+    result = StageResult()
+    result.input_hashes.update(benchmark_digests(p))  # a changed benchmark file is a new run; a missing one
+    # fails here, in one line, not in every worker
+    result.record(map_document_shards(STAGE, input_dir, DecontamProcessor, p, execution_cfg, out_dir))
+    stats = write_contamination(out_dir)  # inside the run: the table lands before the rename
+    result.metrics["contamination"] = stats
+    result.extra["contamination"] = stats
+    return result

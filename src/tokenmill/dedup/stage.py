@@ -40,7 +40,7 @@ from tokenmill import schema
 from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.text import exact_key, line_hashes, remove_lines
 from tokenmill.execution import make_executor
-from tokenmill.runtime import StageRun, input_id
+from tokenmill.runtime import StageResult, input_id
 from tokenmill.params import defaults, resolve
 
 STAGE = "dedup"
@@ -219,36 +219,36 @@ def apply_shard(task: ApplyTask) -> dict:
 
 # --- the stage ------------------------------------------------------------------------------------------
 
-def run_dedup(params: Mapping[str, Any] | None, execution_cfg: Mapping[str, Any] | None,
-              data_root: str | Path, input_stage: str) -> dict:
-    """Deduplicate data_root/input_stage/documents into data_root/dedup; returns the manifest."""
+def deduplicate(input_dir: str | Path, params: Mapping[str, Any] | None, execution_cfg: Mapping[str, Any] | None,
+                out_dir: str | Path) -> StageResult:
+    """Deduplicate input_dir/documents (a stage's output folder) into out_dir: documents, one decision per
+    document, the LSH shape and the cluster statistics."""
     p = resolve_params(params)
-    data_root = Path(data_root)
-    in_dir = data_root / input_stage / "documents"
-    shards = sorted(in_dir.glob("*.parquet"))
+    input_dir, out_dir = Path(input_dir), Path(out_dir)
+    shards = sorted((input_dir / "documents").glob("*.parquet"))
     exe = dict(execution_cfg or {})
     bands, rows = lsh_shape(p["near"])
-    with StageRun(STAGE, data_root / STAGE, p, input_stage=input_stage, libraries=("numpy", "duckdb")) as run:
-        run.input_hashes[input_stage] = input_id(data_root / input_stage)
-        work = run.tmp / "_work"
-        (run.tmp / "documents").mkdir(parents=True)
-        (run.tmp / "decisions").mkdir(parents=True)
-        stats: dict[str, Any] = {}
-        with make_executor(exe) as ex:
-            sketch = [SketchTask(i, str(s), str(work), p, bands, rows) for i, s in enumerate(shards)]
-            ex.map(sketch_shard, sketch, desc="dedup sketch")
-            if shards:
-                stats = _global(work, p, exe)
-            apply = [ApplyTask(i, str(s), str(run.tmp), str(work), p) for i, s in enumerate(shards)]
-            for result in ex.map(apply_shard, apply, desc="dedup apply"):
-                run.add_counts(result["counts"])
-        shutil.rmtree(work, ignore_errors=True)
-        run.extra["lsh"] = {"bands": bands, "rows": rows, "num_perm": p["near"]["num_perm"],
-                            "threshold": p["near"]["threshold"],
-                            "s_curve_midpoint": round((1 / bands) ** (1 / rows), 4)}
-        run.extra["dedup"] = stats
-        run.metrics["dedup"] = stats
-    return run.manifest
+    result = StageResult()
+    result.input_hashes[input_dir.name] = input_id(input_dir)
+    work = out_dir / "_work"
+    (out_dir / "documents").mkdir(parents=True)
+    (out_dir / "decisions").mkdir(parents=True)
+    stats: dict[str, Any] = {}
+    with make_executor(exe) as ex:
+        sketch = [SketchTask(i, str(s), str(work), p, bands, rows) for i, s in enumerate(shards)]
+        ex.map(sketch_shard, sketch, desc="dedup sketch")
+        if shards:
+            stats = _global(work, p, exe)
+        apply = [ApplyTask(i, str(s), str(out_dir), str(work), p) for i, s in enumerate(shards)]
+        for counts in ex.map(apply_shard, apply, desc="dedup apply"):
+            result.add_counts(counts["counts"])
+    shutil.rmtree(work, ignore_errors=True)
+    result.extra["lsh"] = {"bands": bands, "rows": rows, "num_perm": p["near"]["num_perm"],
+                           "threshold": p["near"]["threshold"],
+                           "s_curve_midpoint": round((1 / bands) ** (1 / rows), 4)}
+    result.extra["dedup"] = stats
+    result.metrics["dedup"] = stats
+    return result
 
 
 def _global(work: Path, p: dict, exe: Mapping[str, Any]) -> dict[str, Any]:

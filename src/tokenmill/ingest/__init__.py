@@ -24,7 +24,7 @@ from tokenmill.ingest.readers import (ReadError, Record, read_archive, read_json
                                       read_text_file)
 from tokenmill.ingest.text import Drop, normalise, payload_to_text
 from tokenmill.params import Source as SourceSchema, check_section, resolve
-from tokenmill.runtime import StageRun, sha1_file
+from tokenmill.runtime import StageResult, sha1_file
 
 STAGE = "ingest"
 FORMATS = ("warc", "wet", "arc", "jsonl", "parquet", "text")
@@ -198,32 +198,36 @@ def _nothing_read(results: list[dict]) -> str:
     return f"0 documents from {len(results)} source files, so every later stage would be empty: " + "; ".join(parts)
 
 
-def run_ingest(sources_cfg: Mapping, ingest_cfg: Mapping, execution_cfg: Mapping | None,
-               out_dir: str | Path = "data/ingest") -> dict:
-    ingest_cfg = resolve("ingest", ingest_cfg)
+def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """params over DEFAULTS, checked by the schema (tokenmill.params.Ingest): unknown keys and wrong types are
+    a ParamError naming the full dotted key."""
+    return resolve("ingest", params)
+
+
+def ingest_sources(sources: list[Source], ingest_cfg: Mapping, execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
+    """Every file of every source (load_sources) into out_dir: document shards and one decision per record;
+    each file's digest is an input of the run."""
+    ingest_cfg = resolve_params(ingest_cfg)
     extractor = ingest_cfg["extractor"]
-    sources = load_sources(sources_cfg)
     tasks_by_source = [(s, s.files()) for s in sources]  # resolve every glob before any work starts
-    params = {"sources": {k: dict(v) for k, v in sources_cfg.items()}, "ingest": dict(ingest_cfg)}
-    with StageRun(STAGE, out_dir, params, libraries=(  # what reads records and turns HTML into text
-            "warcio", "fastwarc", "resiliparse", "trafilatura", "charset-normalizer", "zstandard")) as run:
-        tasks = []
-        for src, files in tasks_by_source:
-            fields = {"text_field": src.text_field, "url_field": src.url_field,
-                      "id_field": src.id_field, "date_field": src.date_field}
-            for i, (path, rel) in enumerate(files):
-                tasks.append(IngestTask(source=src.model_dump(), path=str(path), file=rel,
-                                        shard=f"{src.name}-{i:05d}", out_dir=str(run.tmp), extractor=extractor,
-                                        max_payload_bytes=ingest_cfg["max_payload_bytes"],
-                                        fields=fields))
-        with make_executor(execution_cfg) as ex:
-            results = ex.map(ingest_file, tasks, desc="ingest")
-        if tasks and not any(k.startswith("keep:") for r in results for k in r["counts"]):
-            raise SourceError(_nothing_read(results))
-        for r in results:
-            run.add_counts(r["counts"])
-            run.input_hashes[r["file"]] = r["sha1"]
-        run.extra["read_errors"] = sum(r["read_errors"] for r in results)
-        run.extra["files"] = len(tasks)
-        run.extra["source_files"] = dict(sorted(run.input_hashes.items()))  # "source:file" -> sha1, for the lineage
-    return run.manifest
+    tasks = []
+    for src, files in tasks_by_source:
+        fields = {"text_field": src.text_field, "url_field": src.url_field,
+                  "id_field": src.id_field, "date_field": src.date_field}
+        for i, (path, rel) in enumerate(files):
+            tasks.append(IngestTask(source=src.model_dump(), path=str(path), file=rel,
+                                    shard=f"{src.name}-{i:05d}", out_dir=str(out_dir), extractor=extractor,
+                                    max_payload_bytes=ingest_cfg["max_payload_bytes"],
+                                    fields=fields))
+    with make_executor(execution_cfg) as ex:
+        results = ex.map(ingest_file, tasks, desc="ingest")
+    if tasks and not any(k.startswith("keep:") for r in results for k in r["counts"]):
+        raise SourceError(_nothing_read(results))
+    result = StageResult()
+    for r in results:
+        result.add_counts(r["counts"])
+        result.input_hashes[r["file"]] = r["sha1"]
+    result.extra["read_errors"] = sum(r["read_errors"] for r in results)
+    result.extra["files"] = len(tasks)
+    result.extra["source_files"] = dict(sorted(result.input_hashes.items()))  # "source:file" -> sha1, for the lineage
+    return result

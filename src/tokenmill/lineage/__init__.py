@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.lineage.connect import DB_NAME, connect as connect  # re-exported: the read-only, sealed connection
 from tokenmill.lineage.planted import build_planted
-from tokenmill.runtime import StageRun, input_id, read_manifest, stage_chain, write_plot_rows
+from tokenmill.runtime import StageResult, input_id, read_manifest, write_plot_rows
 from tokenmill.params import defaults, resolve
 
 # The stage's parameters and their defaults: the `lineage:` of conf/config.yaml (tests/test_config.py keeps
@@ -236,44 +236,42 @@ def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
     return problems
 
 
-def run_lineage(sources_cfg: dict, data_root: str | Path, out_dir: str | Path, last_stage: str,
-                token_stage: str | None = None, plan_stage: str | None = None,
-                ground_truth: str | Path | None = None, plots_dir: str | Path = "plots") -> dict:
-    """Build the database over the document stages ending at `last_stage` (their order follows the
-    manifests' input links), plus the token index and the plan when their stages are given; with the
-    embedded corpus's ground truth, also score its planted cases."""
-    data_root = Path(data_root)
-    stages = stage_chain(data_root, last_stage)
+def build_database(data_root: str | Path, stages: list[str], sources_cfg: dict, out_dir: str | Path,
+                   token_stage: str | None = None, plan_stage: str | None = None,
+                   ground_truth: str | Path | None = None, plots_dir: str | Path = "plots") -> StageResult:
+    """Build out_dir/lineage.duckdb over the document stages `stages` of data_root (oldest first:
+    runtime.stage_chain), plus the token index and the plan when their stages are given; with the embedded
+    corpus's ground truth, also score its planted cases. The conservation problems found are in
+    result.extra["conservation_violations"]; the funnel plot goes to plots_dir."""
+    data_root, out_dir = Path(data_root), Path(out_dir)
     truth = json.loads(Path(ground_truth).read_text()) if ground_truth and Path(ground_truth).exists() else None
-    params = {"sources": sources_cfg, "ground_truth": str(ground_truth), "stages": stages,
-              "token_stage": token_stage, "plan_stage": plan_stage}
-    with StageRun("lineage", out_dir, params, libraries=("duckdb",)) as run:
-        for s in (*stages, token_stage, plan_stage):
-            if s is not None:
-                run.input_hashes[s] = input_id(data_root / s)
-        if (data_root / "benchmarks" / "manifest.json").exists():
-            run.input_hashes["benchmarks"] = input_id(data_root / "benchmarks")
-        # The database file is not byte-reproducible (DuckDB writes a random database id and block layout,
-        # even on one thread), so no stage reads it: it is the auditors' index, rebuilt from the Parquet.
-        con = duckdb.connect(str(run.tmp / DB_NAME))
-        try:
-            build(con, stages, data_root, sources_cfg, token_stage, plan_stage)
-            problems = verify(con)
-            counts = con.execute("SELECT fate, count(*) FROM documents GROUP BY fate").fetchall()
-            rows, summary = funnel(con, data_root, stages)
-            if truth and truth.get("cases"):
-                run.metrics["planted_cases"] = build_planted(con, truth, stages)
-                wrong = con.execute("SELECT case_kind, url, explanation FROM planted_cases WHERE verdict = 'wrong'").fetchall()
-                run.extra["planted_wrong"] = [f"{k} {u}: {e}" for k, u, e in wrong]
-        finally:
-            con.close()
-        write_plot_rows(Path(plots_dir) / "funnel.json", rows)
-        run.metrics.update(summary)
-        run.metrics["fates"] = dict(sorted(counts))
-        run.metrics["conservation_violations"] = len(problems)
-        run.extra["stages"] = stages
-        run.extra["conservation_violations"] = problems
-    return {"manifest": run.manifest, "problems": problems, "planted_wrong": run.manifest.get("planted_wrong", [])}
+    result = StageResult()
+    for s in (*stages, token_stage, plan_stage):
+        if s is not None:
+            result.input_hashes[s] = input_id(data_root / s)
+    if (data_root / "benchmarks" / "manifest.json").exists():
+        result.input_hashes["benchmarks"] = input_id(data_root / "benchmarks")
+    # The database file is not byte-reproducible (DuckDB writes a random database id and block layout,
+    # even on one thread), so no stage reads it: it is the auditors' index, rebuilt from the Parquet.
+    con = duckdb.connect(str(out_dir / DB_NAME))
+    try:
+        build(con, stages, data_root, sources_cfg, token_stage, plan_stage)
+        problems = verify(con)
+        counts = con.execute("SELECT fate, count(*) FROM documents GROUP BY fate").fetchall()
+        rows, summary = funnel(con, data_root, stages)
+        if truth and truth.get("cases"):
+            result.metrics["planted_cases"] = build_planted(con, truth, stages)
+            wrong = con.execute("SELECT case_kind, url, explanation FROM planted_cases WHERE verdict = 'wrong'").fetchall()
+            result.extra["planted_wrong"] = [f"{k} {u}: {e}" for k, u, e in wrong]
+    finally:
+        con.close()
+    write_plot_rows(Path(plots_dir) / "funnel.json", rows)
+    result.metrics.update(summary)
+    result.metrics["fates"] = dict(sorted(counts))
+    result.metrics["conservation_violations"] = len(problems)
+    result.extra["stages"] = stages
+    result.extra["conservation_violations"] = problems
+    return result
 
 
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from tokenmill import schema
 from tokenmill.mixture import build_plan, parse_phases, resolve_params, token_budget, tokens_per_step
 from tokenmill.params import check_section
-from tokenmill.runtime import ParamError, StageRun, input_id, read_manifest, write_plot_rows
+from tokenmill.runtime import ParamError, StageResult, input_id, read_manifest, write_plot_rows
 from tokenmill.train.config import TrainConfig
 
 
@@ -21,9 +21,10 @@ def _write(table: pa.Table, path: Path) -> None:
     schema.write_parquet(table, table.schema, path)
 
 
-def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, data_root: str | Path,
-                input_stage: str, out_dir: str | Path | None = None, plots_dir: str | Path = "plots") -> dict:
-    """Plan training over data_root/input_stage's token index.
+def plan_mixture(input_dir: str | Path, mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping,
+                 out_dir: str | Path, plots_dir: str | Path = "plots") -> StageResult:
+    """Plan training over input_dir's token index (the tokenize stage's output folder) into out_dir: the plan,
+    the held-out documents, per-document and per-bucket tables; the bucket plot goes to plots_dir.
 
     budget_cfg holds the train keys a plan depends on (seq_len, global_batch, token_budget, tokens_per_param)
     and model_cfg the model keys its size depends on: a learning-rate change never re-plans.
@@ -32,87 +33,83 @@ def run_mixture(mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping, d
     problems = check_section("train", budget_cfg, TrainConfig)  # the train keys the plan reads, by their schema
     if problems:
         raise ParamError("; ".join(problems))
-    data_root = Path(data_root)
-    out_dir = Path(out_dir) if out_dir else data_root / "mixture"
-    plots_dir = Path(plots_dir)
-    tok = data_root / input_stage
+    out_dir, plots_dir, tok = Path(out_dir), Path(plots_dir), Path(input_dir)
     index = pa.concat_tables([pq.read_table(p) for p in sorted((tok / "index").glob("*.parquet"))])
     tok_manifest = read_manifest(tok)
     vocab_size = int(tok_manifest["vocab_size"])
     budget = token_budget(budget_cfg, model_cfg, vocab_size)
     phases = parse_phases(mixture_cfg["phases"])
-    params = {"mixture": dict(mixture_cfg), "train": dict(budget_cfg), "model": dict(model_cfg), "token_budget": budget}
-    with StageRun("mixture", out_dir, params, input_stage=input_stage, libraries=("numpy", "duckdb")) as run:
-        run.input_hashes[input_stage] = input_id(tok)
-        # A budget the user set is what they asked for: a corpus too small for it stops the plan. A derived one
-        # (tokens_per_param x parameters) shrinks to what the epoch caps allow, with one warning line.
-        result = build_plan(index, phases, budget, mixture_cfg["seed"], mixture_cfg["max_epochs"],
-                            mixture_cfg["heldout_fraction"], cap_budget=not budget_cfg.get("token_budget"))
-        plan = result["plan"]
-        if (by := result["capped_by"]) is not None:
-            cap = mixture_cfg["max_epochs"].get(by, mixture_cfg["max_epochs"]["default"])
-            print(f"mixture: warning: the corpus is too small for the token budget of {budget:,} "
-                  f"(train.tokens_per_param x the model's parameters): bucket {by!r} would be repeated "
-                  f"{budget / result['token_budget'] * cap:.2f} times but max_epochs is {cap}; planning "
-                  f"{result['token_budget']:,} tokens instead (add data, or set train.token_budget to insist)",
-                  file=sys.stderr)
-        budget = result["token_budget"]
-        if result["missing"]:
-            print(f"mixture: warning: {mixture_cfg['name']} weights "
-                  f"{', '.join(result['missing'])}, which the corpus lacks; their weight is spread over "
-                  f"{', '.join(sorted(result['available']))}", file=sys.stderr)
-        _write(plan, run.tmp / "plan.parquet")
-        _write(result["heldout"].select(["doc_id", "bucket", "shard", "offset", "length"]), run.tmp / "heldout.parquet")
+    out = StageResult()
+    out.input_hashes[tok.name] = input_id(tok)
+    # A budget the user set is what they asked for: a corpus too small for it stops the plan. A derived one
+    # (tokens_per_param x parameters) shrinks to what the epoch caps allow, with one warning line.
+    result = build_plan(index, phases, budget, mixture_cfg["seed"], mixture_cfg["max_epochs"],
+                        mixture_cfg["heldout_fraction"], cap_budget=not budget_cfg.get("token_budget"))
+    plan = result["plan"]
+    if (by := result["capped_by"]) is not None:
+        cap = mixture_cfg["max_epochs"].get(by, mixture_cfg["max_epochs"]["default"])
+        print(f"mixture: warning: the corpus is too small for the token budget of {budget:,} "
+              f"(train.tokens_per_param x the model's parameters): bucket {by!r} would be repeated "
+              f"{budget / result['token_budget'] * cap:.2f} times but max_epochs is {cap}; planning "
+              f"{result['token_budget']:,} tokens instead (add data, or set train.token_budget to insist)",
+              file=sys.stderr)
+    budget = result["token_budget"]
+    if result["missing"]:
+        print(f"mixture: warning: {mixture_cfg['name']} weights "
+              f"{', '.join(result['missing'])}, which the corpus lacks; their weight is spread over "
+              f"{', '.join(sorted(result['available']))}", file=sys.stderr)
+    _write(plan, out_dir / "plan.parquet")
+    _write(result["heldout"].select(["doc_id", "bucket", "shard", "offset", "length"]), out_dir / "heldout.parquet")
 
-        con = duckdb.connect()
-        con.register("plan", plan)
-        con.register("idx", index)
-        con.register("heldout", result["heldout"])
-        documents = con.sql("""
-            SELECT i.doc_id, i.bucket, h.doc_id IS NOT NULL AS heldout,
-                   count(p.doc_id) AS planned_repeats,
-                   coalesce(string_agg(DISTINCT p.phase, ',' ORDER BY p.phase), '') AS phases
-            FROM idx i LEFT JOIN plan p USING (doc_id) LEFT JOIN heldout h USING (doc_id)
-            GROUP BY ALL ORDER BY i.doc_id""").to_arrow_table()
-        _write(documents, run.tmp / "documents.parquet")
-        available = pa.table({"bucket": list(result["available"]), "available_tokens": list(result["available"].values())})
-        con.register("available", available)
-        buckets = con.sql("""
-            SELECT a.bucket, a.available_tokens, p.phase,
-                   CAST(coalesce(sum(p.length + 1), 0) AS BIGINT) AS planned_tokens,
-                   count(p.doc_id) AS planned_documents,
-                   count(DISTINCT p.doc_id) AS distinct_documents,
-                   coalesce(sum(p.length + 1), 0) / any_value(a.available_tokens) AS epochs
-            FROM available a LEFT JOIN plan p USING (bucket)
-            GROUP BY a.bucket, a.available_tokens, p.phase ORDER BY a.bucket, p.phase""").to_arrow_table()
-        _write(buckets, run.tmp / "buckets.parquet")
+    con = duckdb.connect()
+    con.register("plan", plan)
+    con.register("idx", index)
+    con.register("heldout", result["heldout"])
+    documents = con.sql("""
+        SELECT i.doc_id, i.bucket, h.doc_id IS NOT NULL AS heldout,
+               count(p.doc_id) AS planned_repeats,
+               coalesce(string_agg(DISTINCT p.phase, ',' ORDER BY p.phase), '') AS phases
+        FROM idx i LEFT JOIN plan p USING (doc_id) LEFT JOIN heldout h USING (doc_id)
+        GROUP BY ALL ORDER BY i.doc_id""").to_arrow_table()
+    _write(documents, out_dir / "documents.parquet")
+    available = pa.table({"bucket": list(result["available"]), "available_tokens": list(result["available"].values())})
+    con.register("available", available)
+    buckets = con.sql("""
+        SELECT a.bucket, a.available_tokens, p.phase,
+               CAST(coalesce(sum(p.length + 1), 0) AS BIGINT) AS planned_tokens,
+               count(p.doc_id) AS planned_documents,
+               count(DISTINCT p.doc_id) AS distinct_documents,
+               coalesce(sum(p.length + 1), 0) / any_value(a.available_tokens) AS epochs
+        FROM available a LEFT JOIN plan p USING (bucket)
+        GROUP BY a.bucket, a.available_tokens, p.phase ORDER BY a.bucket, p.phase""").to_arrow_table()
+    _write(buckets, out_dir / "buckets.parquet")
 
-        step_tokens = tokens_per_step(budget_cfg)
-        plan_tokens = int(con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0])
-        steps = plan_tokens // step_tokens
-        unique = int(con.execute("SELECT count(DISTINCT doc_id) FROM plan").fetchone()[0])
-        con.close()
-        # The few numbers that compare mixtures, top level (`dvc exp show`); per bucket and phase in the plot.
-        per_bucket = {}
-        for b in buckets.to_pylist():
-            agg = per_bucket.setdefault(b["bucket"], {"planned": 0, "available": b["available_tokens"]})
-            agg["planned"] += b["planned_tokens"]
-        run.metrics.update({
-            "token_budget": budget, "plan_tokens": plan_tokens, "steps": steps, "unique_documents": unique,
-            # A derived budget the corpus could not fill (see above): what was asked for, and that it was cut.
-            "budget_capped": result["capped_by"] is not None, "requested_tokens": result["requested_budget"],
-            "heldout_documents": result["heldout"].num_rows,
-            "missing_buckets": ", ".join(result["missing"]),  # weighted by the preset, absent from the corpus
-            "planned": {k: v["planned"] for k, v in sorted(per_bucket.items())},  # tokens, with repeats
-            "epochs": {k: round(v["planned"] / max(1, v["available"]), 3) for k, v in sorted(per_bucket.items())},
-        })
-        rows = [{"label": f"{k} available", "bucket": k, "phase": None, "tokens": v["available"]}
-                for k, v in sorted(per_bucket.items())]
-        rows += [{"label": f"{b['bucket']} planned in {b['phase']}", "bucket": b["bucket"], "phase": b["phase"],
-                  "tokens": b["planned_tokens"]} for b in buckets.to_pylist() if b["phase"]]
-        write_plot_rows(plots_dir / "mixture_buckets.json", rows)
-        # What training and the audit read without re-deriving it from parameters.
-        run.extra.update({"mixture_name": mixture_cfg["name"], "seq_len": int(budget_cfg["seq_len"]),
-                          "global_batch": int(budget_cfg["global_batch"]), "tokens_per_step": step_tokens,
-                          "steps": steps, "token_budget": budget, "phases": [p.name for p in phases]})
-    return run.manifest
+    step_tokens = tokens_per_step(budget_cfg)
+    plan_tokens = int(con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0])
+    steps = plan_tokens // step_tokens
+    unique = int(con.execute("SELECT count(DISTINCT doc_id) FROM plan").fetchone()[0])
+    con.close()
+    # The few numbers that compare mixtures, top level (`dvc exp show`); per bucket and phase in the plot.
+    per_bucket = {}
+    for b in buckets.to_pylist():
+        agg = per_bucket.setdefault(b["bucket"], {"planned": 0, "available": b["available_tokens"]})
+        agg["planned"] += b["planned_tokens"]
+    out.metrics.update({
+        "token_budget": budget, "plan_tokens": plan_tokens, "steps": steps, "unique_documents": unique,
+        # A derived budget the corpus could not fill (see above): what was asked for, and that it was cut.
+        "budget_capped": result["capped_by"] is not None, "requested_tokens": result["requested_budget"],
+        "heldout_documents": result["heldout"].num_rows,
+        "missing_buckets": ", ".join(result["missing"]),  # weighted by the preset, absent from the corpus
+        "planned": {k: v["planned"] for k, v in sorted(per_bucket.items())},  # tokens, with repeats
+        "epochs": {k: round(v["planned"] / max(1, v["available"]), 3) for k, v in sorted(per_bucket.items())},
+    })
+    rows = [{"label": f"{k} available", "bucket": k, "phase": None, "tokens": v["available"]}
+            for k, v in sorted(per_bucket.items())]
+    rows += [{"label": f"{b['bucket']} planned in {b['phase']}", "bucket": b["bucket"], "phase": b["phase"],
+              "tokens": b["planned_tokens"]} for b in buckets.to_pylist() if b["phase"]]
+    write_plot_rows(plots_dir / "mixture_buckets.json", rows)
+    # What training and the audit read without re-deriving it from parameters.
+    out.extra.update({"mixture_name": mixture_cfg["name"], "seq_len": int(budget_cfg["seq_len"]),
+                      "global_batch": int(budget_cfg["global_batch"]), "tokens_per_step": step_tokens,
+                      "steps": steps, "token_budget": budget, "phases": [p.name for p in phases]})
+    return out

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.docstage import Outcome, map_document_shards
 from tokenmill.execution import log_phase, make_executor
-from tokenmill.runtime import StageRun
+from tokenmill.runtime import StageResult
 from tokenmill.params import defaults, resolve
 
 LABEL_HQ, LABEL_LQ = "__label__hq", "__label__lq"
@@ -304,80 +304,81 @@ def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     return resolve("quality", params)
 
 
-def run_quality(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path, input_stage: str) -> dict:
+def score_and_cut(input_dir: str | Path, params: Mapping, execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
+    """Train the fold classifiers on input_dir's documents (a stage's output folder) against the reference,
+    score every document out of fold and keep or drop the cut buckets' documents; writes the models, the
+    documents and one decision per document under out_dir."""
     params = resolve_params(params)  # before any work: a typo must not cost a training run
-    data_root = Path(data_root)
-    shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
-    input_glob = str(data_root / input_stage / "documents" / "*.parquet")
+    input_dir, out_dir = Path(input_dir), Path(out_dir)
+    shards = sorted((input_dir / "documents").glob("*.parquet"))
+    input_glob = str(input_dir / "documents" / "*.parquet")
     keep = params["keep"]
     seed, folds = int(params["model"]["seed"]), int(params["model"]["folds"])
     on_degenerate = params["on_degenerate"]
     min_spread = float(params["min_score_spread"])
-    with StageRun("quality", data_root / "quality", dict(params), input_stage=input_stage,
-                  libraries=("fasttext-numpy2", "numpy")) as run:
-        pos, neg, origin = training_examples(input_glob, params)
-        run.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds, "positives_from": origin}
-        run.metrics["reference_fallback"] = origin == PROJECT_REFERENCE
-        for k in range(folds):
-            log_phase("quality", f"training fold model {k + 1}/{folds} ({len(pos)} positives, {len(neg)} negatives)")
-            train([t for d, t in pos if fold_of(seed, d, folds) != k], [t for d, t in neg if fold_of(seed, d, folds) != k],
-                  params["model"], Path(model_path(run.tmp, k)))
-        log_phase("quality", "scoring the training examples out of fold")
-        # Held-out quality of the classifier: every example scored by the model that did not train on it.
-        # One that did not learn would turn the cut into a random sample: refuse rather than filter by noise.
-        p_pos = out_of_fold_scores(str(run.tmp), seed, folds, pos)
-        p_neg = out_of_fold_scores(str(run.tmp), seed, folds, neg)
-        sep = float(p_pos.mean() - p_neg.mean())
-        run.metrics["heldout_auc"] = round(auc(p_pos, p_neg), 4)
-        run.metrics["heldout_separation"] = round(sep, 4)
-        if sep < float(params["min_separation"]):
-            raise ValueError(f"quality: the classifier did not learn (held-out mean P(hq) of positives minus "
-                             f"negatives = {sep:.4f} < min_separation); raise quality.model.epoch or lr, or add examples")
-        # One scoring pass: every document predicted once, its score kept for the decisions; the cut
-        # buckets' scores decide whether a cut means anything and where it lies.
-        scratch = run.tmp / "_scores"
-        scratch.mkdir()
-        tasks = [(str(p), str(run.tmp), seed, folds, int(params["max_chars"]), list(params["cut_buckets"]),
-                  str(scratch)) for p in shards]
-        with make_executor(execution_cfg) as ex:
-            scores = np.concatenate([np.array([])] + ex.map(score_shard, tasks, desc="quality scores"))
-        spread = score_spread(scores)
-        run.metrics["crawl_score_spread"] = round(spread, 4)
-        skipped = None
-        if scores.size and spread < min_spread:
-            why = (f"held-out scores of the {scores.size} documents in the cut buckets cannot rank them: 90th - "
-                   f"10th percentile of P(hq) = {spread:.4f} < min_score_spread {min_spread} (range "
-                   f"{scores.min():.4f}..{scores.max():.4f}); a cut would be decided by noise")
-            if on_degenerate == "auto":
-                on_degenerate = "skip_cut" if origin == PROJECT_REFERENCE else "refuse"
-            if on_degenerate == "skip_cut" and origin == PROJECT_REFERENCE:
-                # Nobody named a reference for this crawl: keeping it is the honest default, not a cut by noise
-                # and not a stop on the first real crawl a user brings.
-                skipped = f"no_reference_for_this_crawl: spread {spread:.4f} < {min_spread}"
-                print(f"quality: warning: the crawl is kept uncut: the project's own reference corpus (the standard "
-                      f"library's documentation) cannot rank it (spread {spread:.4f} < min_score_spread {min_spread}); "
-                      f"name a reference suited to it: -S quality.positives.dataset.path=<Hugging Face dataset or "
-                      f"folder>, or text files under data/user/reference/ in quality.positives.paths", file=sys.stderr)
-            elif on_degenerate == "refuse":
-                raise ValueError(f"quality: {why}. Give the classifier reference text closer to the good part of "
-                                 f"the crawl, or set quality.on_degenerate: skip_cut to keep every document")
-            else:
-                skipped = f"degenerate_scores: spread {spread:.4f} < {min_spread}"
-                log_phase("quality", f"cut skipped: {why}")
-        if skipped:
-            cutoff = 0.0
-        elif keep["mode"] == "threshold":
-            cutoff = float(keep["threshold"])
+    result = StageResult()
+    pos, neg, origin = training_examples(input_glob, params)
+    result.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds, "positives_from": origin}
+    result.metrics["reference_fallback"] = origin == PROJECT_REFERENCE
+    for k in range(folds):
+        log_phase("quality", f"training fold model {k + 1}/{folds} ({len(pos)} positives, {len(neg)} negatives)")
+        train([t for d, t in pos if fold_of(seed, d, folds) != k], [t for d, t in neg if fold_of(seed, d, folds) != k],
+              params["model"], Path(model_path(out_dir, k)))
+    log_phase("quality", "scoring the training examples out of fold")
+    # Held-out quality of the classifier: every example scored by the model that did not train on it.
+    # One that did not learn would turn the cut into a random sample: refuse rather than filter by noise.
+    p_pos = out_of_fold_scores(str(out_dir), seed, folds, pos)
+    p_neg = out_of_fold_scores(str(out_dir), seed, folds, neg)
+    sep = float(p_pos.mean() - p_neg.mean())
+    result.metrics["heldout_auc"] = round(auc(p_pos, p_neg), 4)
+    result.metrics["heldout_separation"] = round(sep, 4)
+    if sep < float(params["min_separation"]):
+        raise ValueError(f"quality: the classifier did not learn (held-out mean P(hq) of positives minus "
+                         f"negatives = {sep:.4f} < min_separation); raise quality.model.epoch or lr, or add examples")
+    # One scoring pass: every document predicted once, its score kept for the decisions; the cut
+    # buckets' scores decide whether a cut means anything and where it lies.
+    scratch = out_dir / "_scores"
+    scratch.mkdir()
+    tasks = [(str(p), str(out_dir), seed, folds, int(params["max_chars"]), list(params["cut_buckets"]),
+              str(scratch)) for p in shards]
+    with make_executor(execution_cfg) as ex:
+        scores = np.concatenate([np.array([])] + ex.map(score_shard, tasks, desc="quality scores"))
+    spread = score_spread(scores)
+    result.metrics["crawl_score_spread"] = round(spread, 4)
+    skipped = None
+    if scores.size and spread < min_spread:
+        why = (f"held-out scores of the {scores.size} documents in the cut buckets cannot rank them: 90th - "
+               f"10th percentile of P(hq) = {spread:.4f} < min_score_spread {min_spread} (range "
+               f"{scores.min():.4f}..{scores.max():.4f}); a cut would be decided by noise")
+        if on_degenerate == "auto":
+            on_degenerate = "skip_cut" if origin == PROJECT_REFERENCE else "refuse"
+        if on_degenerate == "skip_cut" and origin == PROJECT_REFERENCE:
+            # Nobody named a reference for this crawl: keeping it is the honest default, not a cut by noise
+            # and not a stop on the first real crawl a user brings.
+            skipped = f"no_reference_for_this_crawl: spread {spread:.4f} < {min_spread}"
+            print(f"quality: warning: the crawl is kept uncut: the project's own reference corpus (the standard "
+                  f"library's documentation) cannot rank it (spread {spread:.4f} < min_score_spread {min_spread}); "
+                  f"name a reference suited to it: -S quality.positives.dataset.path=<Hugging Face dataset or "
+                  f"folder>, or text files under data/user/reference/ in quality.positives.paths", file=sys.stderr)
+        elif on_degenerate == "refuse":
+            raise ValueError(f"quality: {why}. Give the classifier reference text closer to the good part of "
+                             f"the crawl, or set quality.on_degenerate: skip_cut to keep every document")
         else:
-            # Keep the top fraction: the cut-off is the score at that quantile of the cut buckets.
-            cutoff = float(np.quantile(scores, 1 - float(keep["top_fraction"]))) if scores.size else 0.0
-        run.extra["cutoff"] = cutoff
-        run.extra["cut_skipped"] = skipped
-        run.metrics["cutoff"] = round(cutoff, 6)
-        run.metrics["cut_skipped"] = skipped is not None
-        proc_params = {"cut_buckets": list(params["cut_buckets"]), "_scores_dir": str(scratch), "_cutoff": cutoff,
-                       "_cut_skipped": skipped}
-        map_document_shards(run, input_stage, QualityProcessor, proc_params, execution_cfg,
-                            data_root)
-        shutil.rmtree(scratch)  # scratch, not output: the decisions hold every score
-    return run.manifest
+            skipped = f"degenerate_scores: spread {spread:.4f} < {min_spread}"
+            log_phase("quality", f"cut skipped: {why}")
+    if skipped:
+        cutoff = 0.0
+    elif keep["mode"] == "threshold":
+        cutoff = float(keep["threshold"])
+    else:
+        # Keep the top fraction: the cut-off is the score at that quantile of the cut buckets.
+        cutoff = float(np.quantile(scores, 1 - float(keep["top_fraction"]))) if scores.size else 0.0
+    result.extra["cutoff"] = cutoff
+    result.extra["cut_skipped"] = skipped
+    result.metrics["cutoff"] = round(cutoff, 6)
+    result.metrics["cut_skipped"] = skipped is not None
+    proc_params = {"cut_buckets": list(params["cut_buckets"]), "_scores_dir": str(scratch), "_cutoff": cutoff,
+                   "_cut_skipped": skipped}
+    result.record(map_document_shards("quality", input_dir, QualityProcessor, proc_params, execution_cfg, out_dir))
+    shutil.rmtree(scratch)  # scratch, not output: the decisions hold every score
+    return result

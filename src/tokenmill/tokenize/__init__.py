@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from tokenmill import schema
 from tokenmill.execution import make_executor
 from tokenmill.params import defaults, resolve
-from tokenmill.runtime import StageRun, input_id
+from tokenmill.runtime import StageResult, input_id
 
 STAGE = "tokenize"
 INDEX = pa.schema([
@@ -183,32 +183,30 @@ def tokenize_shard(task: TokenizeTask) -> dict:
     return {"documents": len(docs), "tokens": tokens}
 
 
-def run_tokenize(params: Mapping, execution_cfg: Mapping | None, data_root: str | Path, input_stage: str,
-                 tokenizer_stage: str, scores_stage: str) -> dict:
-    """Tokenize data_root/input_stage's documents with data_root/tokenizer_stage's model; quality tiers come
-    from the `quality_score` in data_root/scores_stage's decisions."""
+def tokenize_documents(input_dir: str | Path, tokenizer_dir: str | Path, scores_dir: str | Path, params: Mapping,
+                       execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
+    """Tokenize input_dir's documents (a stage's output folder) with tokenizer_dir's model into out_dir: token
+    shards and their index; quality tiers come from the `quality_score` in scores_dir's decisions."""
     from tokenmill.tokenizer import Tokenizer
 
     params = resolve_params(params)  # before any work: a misspelt key stops the stage here
-    data_root = Path(data_root)
-    shards = sorted((data_root / input_stage / "documents").glob("*.parquet"))
-    tok_dir = data_root / tokenizer_stage
+    input_dir, tok_dir, scores_dir = Path(input_dir), Path(tokenizer_dir), Path(scores_dir)
+    shards = sorted((input_dir / "documents").glob("*.parquet"))
     tok = Tokenizer(tok_dir)
-    quality = data_root / scores_stage / "decisions"
-    with StageRun(STAGE, data_root / STAGE, dict(params), input_stage=input_stage,
-                  libraries=("sentencepiece", "numpy")) as run:
-        run.input_hashes[input_stage] = input_id(data_root / input_stage)
-        run.input_hashes[tokenizer_stage] = input_id(tok_dir)
-        if params["quality_tiers"]:
-            run.input_hashes[scores_stage] = input_id(data_root / scores_stage)
-        tiers = tier_cutoffs(params["quality_tiers"], data_root / input_stage / "documents", quality)
-        run.extra["quality_tier_cutoffs"] = tiers
-        tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,
-                              str(tok_dir), str(run.tmp), tiers) for p in shards]
-        with make_executor(execution_cfg) as ex:
-            results = ex.map(tokenize_shard, tasks, desc=STAGE)
-        # Consumers (mixture, training) need these without loading the tokenizer.
-        run.extra.update({"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name})
-        run.metrics.update({"documents_tokenized": sum(r["documents"] for r in results),
-                            "tokens": sum(r["tokens"] for r in results), "dtype": np.dtype(tok.dtype).name})
-    return run.manifest
+    quality = scores_dir / "decisions"
+    result = StageResult()
+    result.input_hashes[input_dir.name] = input_id(input_dir)
+    result.input_hashes[tok_dir.name] = input_id(tok_dir)
+    if params["quality_tiers"]:
+        result.input_hashes[scores_dir.name] = input_id(scores_dir)
+    tiers = tier_cutoffs(params["quality_tiers"], input_dir / "documents", quality)
+    result.extra["quality_tier_cutoffs"] = tiers
+    tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,
+                          str(tok_dir), str(out_dir), tiers) for p in shards]
+    with make_executor(execution_cfg) as ex:
+        results = ex.map(tokenize_shard, tasks, desc=STAGE)
+    # Consumers (mixture, training) need these without loading the tokenizer.
+    result.extra.update({"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name})
+    result.metrics.update({"documents_tokenized": sum(r["documents"] for r in results),
+                           "tokens": sum(r["tokens"] for r in results), "dtype": np.dtype(tok.dtype).name})
+    return result

@@ -13,9 +13,9 @@ from .audit import audit
 from .core import Tokenizer, token_dtype
 from .hf import build_tokenizer, hf_tokenizer, save_hf, transformers_tokenizer
 from .sample import parquet_source, plan_sample, write_sample
-from .stage import run_tokenizer
+from .stage import AUDIT_BYTES, train_and_audit
 from .train import DEFAULTS, resolve_params, train_tokenizer
 
-__all__ = ["DEFAULTS", "Tokenizer", "audit", "build_tokenizer", "hf_tokenizer", "parquet_source", "plan_sample",
-           "resolve_params", "run_tokenizer", "save_hf", "token_dtype", "train_tokenizer", "transformers_tokenizer",
-           "write_sample"]
+__all__ = ["AUDIT_BYTES", "DEFAULTS", "Tokenizer", "audit", "build_tokenizer", "hf_tokenizer", "parquet_source", "plan_sample",
+           "resolve_params", "save_hf", "token_dtype", "train_tokenizer", "train_and_audit",
+           "transformers_tokenizer", "write_sample"]
