@@ -19,6 +19,12 @@ from typing import Any, Mapping
 import pyarrow.parquet as pq
 import pytest
 
+# One thread per process for torch (and every library using OpenMP), set before any test module imports torch
+# and inherited by every process a test starts (stages under dvc, torchrun ranks, pool workers): the suite runs
+# one pytest-xdist worker per core, and a worker whose torch spins two OpenMP threads while the other worker
+# computes only contends for the cores. The training stage and the training tests already pinned it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA") or PROJECT_ROOT / ".." / "shared" / "data")
 TABLES = ("documents", "records", "decisions", "read_errors")

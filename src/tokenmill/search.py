@@ -253,10 +253,10 @@ def run_experiments(repo: Path, members: Sequence[tuple[str, list[str]]], rung: 
 
 def scout_result(repo: Path, rev: str, rung: str, name: str) -> dict:
     """The rung's metrics at an experiment's revision (metrics/train/scout/<rung>.json, through DVC)."""
-    from tokenmill.evaluate.compare import CompareError, _read_json
+    from tokenmill.evaluate.compare import CompareError, _read_json, revision_fs
 
     try:
-        data = _read_json(f"metrics/train/scout/{rung}.json", str(repo), rev, name)
+        data = _read_json(revision_fs(str(repo), rev, name), f"metrics/train/scout/{rung}.json", rev, name)
     except CompareError as exc:
         raise SearchError(f"search: {exc}") from None
     return data.get("scout", data)
