@@ -154,9 +154,49 @@ def test_distributed_resume_is_bit_exact(runs, corpus, layout, nproc, over):
         shutil.copytree(out, tmp / "fsdp_at_4")
     _launch(nproc, cfg, corpus, out)
     assert _steps(out) == _steps(runs[layout]["dir"])
+    # Per-layer health on sharded (and tensor-parallel) parameters: the groups' gradient norms add up to the
+    # global norm at every logging step, and the resumed run measured what the straight one did.
+    health = pq.read_table(out / "health.parquet").to_pylist()
+    assert health == pq.read_table(runs[layout]["dir"] / "health.parquet").to_pylist()
+    norms = {r["step"]: r["grad_norm"] for r in _steps(out)}
+    for step in {r["step"] for r in health}:
+        total = sum(r["grad_norm"] ** 2 for r in health if r["step"] == step) ** 0.5
+        assert total == pytest.approx(norms[step], rel=1e-4), step
     straight = _weights(runs[layout]["dir"])
     for name, w in _weights(out).items():
         assert torch.equal(w, straight[name]), name
+
+
+@pytest.mark.parametrize("fault", ["kill_at=5", "hang_at=5"])
+def test_a_killed_or_hung_rank_restarts_the_run_which_ends_as_if_undisturbed(runs, corpus, tmp_path, monkeypatch,
+                                                                             fault):
+    """The training stage's torchrun (train.launch.max_restarts 1) on 2 ranks; in the first attempt rank 1
+    kills itself, or sleeps inside step 5 while rank 0 waits in the step's first collective. The attempt ends
+    (rank 0's collective fails on the closed peer; the sleeper's watchdog ends it, naming rank and step),
+    torchrun starts both ranks again, they resume from the step-4 checkpoint, and the run ends with the
+    undisturbed run's steps and weights; the run record and the lineage's stage_runs list the restart."""
+    from tokenmill.lineage import run_records
+    from tokenmill.train.stage import run_train_stage
+
+    monkeypatch.setenv("TOKENMILL_FAULT", fault)
+    cfg = tiny_run(max_steps=STEPS, launch={"nproc_per_node": 2, "max_restarts": 1, "watchdog_seconds": 8.0,
+                                            "collective_timeout_seconds": 120.0})
+    run_train_stage("pretrain", cfg, corpus, "mixture", "tokenize", tmp_path / "out", None, None,
+                    runs_dir=tmp_path / "runs")
+    assert _steps(tmp_path / "out") == _steps(runs["fsdp"]["dir"])
+    straight = _weights(runs["fsdp"]["dir"])
+    for name, w in _weights(tmp_path / "out").items():
+        assert torch.equal(w, straight[name]), name
+    (restart,) = json.loads((tmp_path / "runs" / "pretrain.json").read_text())["restarts"]
+    assert restart["restart"] == 1 and restart["resumed_from_step"] == 4, restart
+    if fault.startswith("kill"):
+        assert restart["cause"].startswith("rank 0: "), restart  # its collective failed on the dead peer
+        assert "rank(s) 1 left no reason (killed by a signal, or the machine)" in restart["cause"], restart
+    else:
+        assert restart["cause"].startswith("rank 1: rank 1 made no progress for "), restart
+        assert "at step 5 (watchdog" in restart["cause"], restart
+    (row,) = run_records(tmp_path / "runs").to_pylist()
+    assert json.loads(row["restarts"]) == [restart]
 
 
 def test_asynchronous_checkpoints_change_nothing_and_resume_bit_exact(runs, corpus):
