@@ -68,12 +68,16 @@ def last_attempt(root: Path) -> Path | None:
     return attempts[-1] if attempts else None
 
 
+WAITING = "waiting in a collective"  # in a watchdog's line: a rank that waited for another, not the hung one
+
+
 def first_reason(folder: Path | None, world: int) -> str | None:
-    """The line of the rank that failed first in an attempt (the others mostly fail because it left)."""
+    """The line of the rank that failed first in an attempt (the others mostly fail because it left); of
+    watchdog lines, a rank that was not waiting in a collective first: it is the one the others waited for."""
     found = _reasons(folder) if folder is not None and folder.is_dir() else {}
     if not found:
         return None
-    rank, (_, text) = min(found.items(), key=lambda kv: kv[1])
+    rank, (_, text) = min(found.items(), key=lambda kv: (WAITING in kv[1][1], kv[1]))
     return f"rank {rank}: {text}" if world > 1 else text
 
 
@@ -109,6 +113,7 @@ class Watchdog:
         self.seconds, self.rank = seconds, rank
         self.step, self.last = 0, time.monotonic()
         self._stop = threading.Event()
+        self._main = threading.main_thread().ident
         if seconds is not None:
             threading.Thread(target=self._watch, name="tokenmill-watchdog", daemon=True).start()
 
@@ -118,12 +123,25 @@ class Watchdog:
     def close(self) -> None:
         self._stop.set()
 
+    def _where(self) -> str:
+        """Where the main thread is: inside torch.distributed (waiting for another rank), or elsewhere (the
+        rank the others wait for: its innermost frame)."""
+        frame = sys._current_frames().get(self._main)
+        innermost = frame
+        while frame is not None:
+            if "torch/distributed" in frame.f_code.co_filename.replace("\\", "/"):
+                return f"{WAITING} ({frame.f_code.co_name})"
+            frame = frame.f_back
+        if innermost is None:
+            return "main thread not found"
+        return f"in {Path(innermost.f_code.co_filename).name}:{innermost.f_lineno} ({innermost.f_code.co_name})"
+
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.seconds / 4)):
             idle = time.monotonic() - self.last
             if idle > self.seconds:
-                line = (f"train: rank {self.rank} made no progress for {idle:.0f} s at step {self.step} (watchdog, "
-                        f"train.launch.watchdog_seconds {self.seconds:g}): a hung collective or device")
+                line = (f"train: rank {self.rank} made no progress for {idle:.0f} s at step {self.step}, "
+                        f"{self._where()} (watchdog, train.launch.watchdog_seconds {self.seconds:g})")
                 print(line, file=sys.stderr, flush=True)
                 record_reason(line)
                 os._exit(3)

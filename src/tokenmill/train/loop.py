@@ -115,7 +115,12 @@ def init_distributed(device: str, timeout_seconds: float | None = None) -> tuple
         if timeout_seconds is not None:
             bound["timeout"] = datetime.timedelta(seconds=timeout_seconds)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, init_method="env://", **bound)
+            # torchrun's store outlives a failed attempt (train.launch.max_restarts): a restarted attempt read
+            # the dead attempt's gloo addresses from it and could not connect (measured: "connectFullMesh
+            # failed ... Connection refused"). Each attempt's keys under their own prefix.
+            store, rank, world = next(dist.rendezvous("env://", timeout=bound.get("timeout", datetime.timedelta(minutes=30))))
+            store = dist.PrefixStore(f"tokenmill/attempt{attempt()}", store)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, **bound)
         else:
             dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
                                     **bound)
