@@ -214,7 +214,8 @@ def _parse_fault(spec: str) -> dict:
     """TOKENMILL_FAULT="corrupt_step=5,7;kill_in_checkpoint=4;slow_checkpoint=2": failures injected by tests
     (never in runs); slow_checkpoint: an asynchronous checkpoint's write starts that many seconds late;
     collapse_embedding: before that step the embedding's rows are put onto one direction; hang_at, kill_at:
-    in the first attempt only, the last rank sleeps for good, or kills itself, before that step."""
+    once per run (tokenmill.train.faults.fire_once), the last rank sleeps for good, or kills itself, before
+    that step."""
     out: dict = {}
     known = ("corrupt_step", "kill_in_checkpoint", "slow_checkpoint", "collapse_embedding", "hang_at", "kill_at")
     for part in filter(None, (p.strip() for p in spec.split(";"))):

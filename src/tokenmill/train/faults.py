@@ -44,6 +44,21 @@ def record_reason(line: str) -> None:
         pass  # the reason is in the log too
 
 
+def fire_once(kind: str, step: int) -> bool:
+    """For an injected fault (tests: TOKENMILL_FAULT kill_at, hang_at): whether it fires now. Once per run:
+    the first attempt that reaches the step leaves a mark beside the attempts' reasons, so the attempt after
+    the restart gets past it (without the stage's reasons folder: in the first attempt only)."""
+    root = os.environ.get(REASONS_ENV)
+    if not root:
+        return attempt() == 0
+    mark = Path(root) / f"fault-{kind}-{step}"
+    if mark.exists():
+        return False
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.touch()
+    return True
+
+
 def record_resume(step: int) -> None:
     """Rank 0 of a restarted attempt: the step it resumed from (its newest complete checkpoint)."""
     folder = _attempt_dir()

@@ -44,7 +44,7 @@ from tokenmill.evaluate.evalset import METRICS, EvalSet, benchmark_means
 from tokenmill.train.checkpoint import Checkpointer
 from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
-from tokenmill.train.faults import Watchdog, attempt, record_resume
+from tokenmill.train.faults import Watchdog, attempt, fire_once, record_resume
 from tokenmill.train.health import HEALTH, HEALTH_ALARMS, Health, collapse
 from tokenmill.train.metrics import mfu, peak_flops
 from tokenmill.train.model import Transformer, lm_loss
@@ -380,13 +380,13 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, healt
 
 
 def _rank_fault(fault: Mapping, step: int, rank: int, world: int) -> None:
-    """TOKENMILL_FAULT kill_at / hang_at: in the first attempt only (so torchrun's restart gets through), the
-    last rank kills itself, or sleeps for good while the others wait for it in the step's first collective."""
-    if attempt() != 0 or rank != world - 1:
+    """TOKENMILL_FAULT kill_at / hang_at, once per run (so torchrun's restart gets past it): the last rank kills
+    itself, or sleeps for good while the others wait for it in the step's first collective."""
+    if rank != world - 1:
         return
-    if step in fault.get("kill_at", ()):
+    if step in fault.get("kill_at", ()) and fire_once("kill_at", step):
         os.kill(os.getpid(), 9)
-    if step in fault.get("hang_at", ()):
+    if step in fault.get("hang_at", ()) and fire_once("hang_at", step):
         time.sleep(10**6)
 
 
