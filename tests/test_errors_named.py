@@ -172,7 +172,8 @@ def test_a_bug_in_a_rank_is_named_by_the_last_line_of_its_traceback(corpus, tmp_
 
 def test_the_entry_point_records_a_bugs_reason_and_keeps_raising(tmp_path, monkeypatch, capsys):
     import tokenmill.train.loop as loop
-    from tokenmill.train.__main__ import REASONS_ENV, main
+    from tokenmill.train.__main__ import main
+    from tokenmill.train.faults import REASONS_ENV
 
     def bug(*args, **kwargs):
         raise AttributeError("'NoneType' object has no attribute 'shape'\n(more detail)")
@@ -183,7 +184,7 @@ def test_the_entry_point_records_a_bugs_reason_and_keeps_raising(tmp_path, monke
     (tmp_path / "run.json").write_text("{}")
     with pytest.raises(AttributeError):
         main(["--config", str(tmp_path / "run.json"), "--out", str(tmp_path / "out")])
-    assert (tmp_path / "rank3.txt").read_text() == \
+    assert (tmp_path / "attempt0" / "rank3.txt").read_text() == \
         "AttributeError: 'NoneType' object has no attribute 'shape' (more detail)\n"
 
 
@@ -232,9 +233,13 @@ def test_failure_reason_reads_the_log_where_no_rank_wrote_one(tmp_path):
     assert failure_reason(None, "starting\nsomething odd happened\n" + KILLED_LOG.replace("Signal 9", "Sig"), 1) \
         == "something odd happened"
     assert failure_reason(None, "", 1) == "no output"
-    # Of several ranks' lines, the first written: the others mostly failed because that one left.
-    (tmp_path / "rank1.txt").write_text("RuntimeError: Connection closed by peer\n")
-    (tmp_path / "rank0.txt").write_text("train: the loss diverged at step 12\n")
-    os.utime(tmp_path / "rank0.txt", ns=(1, 1))
+    # Of several ranks' lines, the first written: the others mostly failed because that one left. Of several
+    # attempts (torchrun's restarts), the last.
+    (tmp_path / "attempt0").mkdir()
+    (tmp_path / "attempt0" / "rank0.txt").write_text("train: an earlier attempt's reason\n")
+    (tmp_path / "attempt1").mkdir()
+    (tmp_path / "attempt1" / "rank1.txt").write_text("RuntimeError: Connection closed by peer\n")
+    (tmp_path / "attempt1" / "rank0.txt").write_text("train: the loss diverged at step 12\n")
+    os.utime(tmp_path / "attempt1" / "rank0.txt", ns=(1, 1))
     assert failure_reason(tmp_path, KILLED_LOG, 2) == "rank 0: the loss diverged at step 12"
     assert failure_reason(tmp_path, KILLED_LOG, 1) == "the loss diverged at step 12"

@@ -154,9 +154,48 @@ def test_distributed_resume_is_bit_exact(runs, corpus, layout, nproc, over):
         shutil.copytree(out, tmp / "fsdp_at_4")
     _launch(nproc, cfg, corpus, out)
     assert _steps(out) == _steps(runs[layout]["dir"])
+    # Per-layer health on sharded (and tensor-parallel) parameters: the groups' gradient norms add up to the
+    # global norm at every logging step, and the resumed run measured what the straight one did.
+    health = pq.read_table(out / "health.parquet").to_pylist()
+    assert health == pq.read_table(runs[layout]["dir"] / "health.parquet").to_pylist()
+    norms = {r["step"]: r["grad_norm"] for r in _steps(out)}
+    for step in {r["step"] for r in health}:
+        total = sum(r["grad_norm"] ** 2 for r in health if r["step"] == step) ** 0.5
+        assert total == pytest.approx(norms[step], rel=1e-4), step
     straight = _weights(runs[layout]["dir"])
     for name, w in _weights(out).items():
         assert torch.equal(w, straight[name]), name
+
+
+def test_a_killed_then_a_hung_rank_restart_the_run_which_ends_as_if_undisturbed(runs, corpus, tmp_path,
+                                                                                monkeypatch):
+    """The training stage's torchrun (train.launch.max_restarts 2) on 2 ranks. Rank 1 kills itself before step
+    5: rank 0's next collective fails on the closed peer, torchrun starts both again, and they resume from the
+    step-4 checkpoint. Then rank 1 sleeps before step 6 while rank 0 waits inside the step's first collective:
+    both watchdogs end their ranks (rank 1's saying where it is), and the third attempt resumes from step 4
+    again. The run ends with the undisturbed run's steps and weights, bit for bit; the run record and the
+    lineage's stage_runs list both restarts with their causes."""
+    from tokenmill.lineage import run_records
+    from tokenmill.train.stage import run_train_stage
+
+    monkeypatch.setenv("TOKENMILL_FAULT", "kill_at=5;hang_at=6")
+    cfg = tiny_run(max_steps=STEPS, launch={"nproc_per_node": 2, "max_restarts": 2, "watchdog_seconds": 6.0,
+                                            "collective_timeout_seconds": 120.0})
+    run_train_stage("pretrain", cfg, corpus, "mixture", "tokenize", tmp_path / "out", None, None,
+                    runs_dir=tmp_path / "runs")
+    assert _steps(tmp_path / "out") == _steps(runs["fsdp"]["dir"])
+    straight = _weights(runs["fsdp"]["dir"])
+    for name, w in _weights(tmp_path / "out").items():
+        assert torch.equal(w, straight[name]), name
+    killed, hung = json.loads((tmp_path / "runs" / "pretrain.json").read_text())["restarts"]
+    assert (killed["restart"], killed["resumed_from_step"], hung["restart"], hung["resumed_from_step"]) == (1, 4, 2, 4)
+    assert killed["cause"].startswith("rank 0: "), killed  # its collective failed on the dead peer
+    assert "rank(s) 1 left no reason (killed by a signal, or the machine)" in killed["cause"], killed
+    # Both watchdogs fire; the cause is the rank the other waited for (rank 0 was inside a collective).
+    assert hung["cause"].startswith("rank 1: rank 1 made no progress for "), hung
+    assert "at step 6, in loop.py:" in hung["cause"] and "(watchdog" in hung["cause"], hung
+    (row,) = run_records(tmp_path / "runs").to_pylist()
+    assert json.loads(row["restarts"]) == [killed, hung]
 
 
 def test_asynchronous_checkpoints_change_nothing_and_resume_bit_exact(runs, corpus):

@@ -303,7 +303,8 @@ def step_spans(con: duckdb.DuckDBPyConnection, window: int) -> tuple[int, list[t
 # rebuilt for them. Run records (runs/<stage>.json) carry timings, which must stay out of every DVC output;
 # training runs (data/train/<run>/) write their step tables after the lineage stage has run.
 
-RUN_TABLES = {"train_steps": "steps.parquet", "train_spikes": "spikes.parquet", "train_heldout": "heldout.parquet"}
+RUN_TABLES = {"train_steps": "steps.parquet", "train_spikes": "spikes.parquet", "train_heldout": "heldout.parquet",
+              "train_health": "health.parquet", "train_health_alarms": "health_alarms.parquet"}
 
 
 def run_records(runs_dir: str | Path) -> pa.Table:
@@ -315,18 +316,20 @@ def run_records(runs_dir: str | Path) -> pa.Table:
                      "code_version": r.get("code_version"), "seconds": r.get("seconds"),
                      "finished_at": r.get("finished_at"), "host": r.get("host"),
                      **{k: json.dumps(r.get(k)) for k in ("params", "inputs", "versions", "code_files", "timing",
-                                                           "counts")}})
+                                                           "counts")},
+                     # a training stage's torchrun restarts: [{restart, cause, resumed_from_step}], else null
+                     "restarts": json.dumps(r["restarts"]) if "restarts" in r else None})
     schema = pa.schema([("stage", pa.string()), ("run_id", pa.string()), ("input_stage", pa.string()),
                         ("code_version", pa.string()), ("seconds", pa.float64()), ("finished_at", pa.string()),
                         ("host", pa.string()), ("params", pa.string()), ("inputs", pa.string()),
                         ("versions", pa.string()), ("code_files", pa.string()), ("timing", pa.string()),
-                        ("counts", pa.string())])
+                        ("counts", pa.string()), ("restarts", pa.string())])
     return pa.Table.from_pylist(rows, schema=schema)
 
 
 def training_tables(train_root: str | Path) -> dict[str, pa.Table]:
-    """train_steps, train_spikes, train_heldout over every finished run under train_root (data/train), with
-    a `run` column naming the stage (pretrain, scout@s1, ...)."""
+    """train_steps, train_spikes, train_heldout, train_health and train_health_alarms over every finished run
+    under train_root (data/train), with a `run` column naming the stage (pretrain, scout@s1, ...)."""
     out: dict[str, list[pa.Table]] = {name: [] for name in RUN_TABLES}
     for manifest in sorted(Path(train_root).rglob("manifest.json")):
         run = json.loads(manifest.read_text())["stage"]

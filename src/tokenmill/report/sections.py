@@ -356,6 +356,9 @@ def training(con, plots: Plots, project: Path) -> Section:
         spikes = con.execute("SELECT step, reason, loss, grad_norm, window_mean_loss, window_mean_grad_norm, "
                              "len(doc_ids) FROM train_spikes WHERE run = ? ORDER BY step", [run]).fetchall() \
             if "train_spikes" in tables else []
+        alarms = con.execute("SELECT step, alarm, \"group\", value, threshold FROM train_health_alarms WHERE run = ? "
+                             "ORDER BY step, alarm, \"group\"", [run]).fetchall() \
+            if "train_health_alarms" in tables else []
         speed = _tsv(_live_dir(project, run) / "plots" / "metrics" / "perf" / "tokens_per_second.tsv")
         fig, axes = plt.subplots(1, 5, figsize=(17, 3.2))
         x = [r[0] for r in steps]
@@ -388,15 +391,20 @@ def training(con, plots: Plots, project: Path) -> Section:
         final_held = {b: l for st, b, l in held if st == max(h[0] for h in held)} if held else {}
         summary_rows.append((run, len(steps), sum(r[4] for r in steps), steps[-1][1] if steps else None,
                              sum(final_held.values()) / len(final_held) if final_held else None,
-                             sum(v for _, v in speed) / len(speed) if speed else None, len(spikes)))
+                             sum(v for _, v in speed) / len(speed) if speed else None, len(spikes), len(alarms)))
         if spikes:
             s.html.append(f"<h3>Spikes of {esc(run)}</h3>")
             s.html.append(table(["step", "reason", "loss", "grad norm", "window mean loss", "window mean grad norm",
                                  "documents in the batch"], spikes))
+        if alarms:  # tokenmill.train.health: docs/training.md, "When a run goes wrong"
+            s.html.append(f"<h3>Health alarms of {esc(run)}</h3>")
+            s.html.append(table(["step", "alarm", "group", "value", "threshold"], alarms))
     s.html.insert(0, table(["run", "steps", "skipped", "final loss", "final held-out (mean)", "mean tokens/s",
-                            "spikes"], summary_rows))
+                            "spikes", "health alarms"], summary_rows))
     if not any(r[6] for r in summary_rows):
         s.note = "No loss spike: every step's update was applied."
+    if not any(r[7] for r in summary_rows):
+        s.note = (s.note + " " if s.note else "") + "No health alarm (embedding collapse, gradient-norm drift)."
     return s
 
 

@@ -5,9 +5,10 @@ the summary. The config file is JSON {"model": {...}, "train": {...}}.
 
 A rank that fails says why in one line: a user's error (configuration, data, a diverged run) as `train: <why>`
 on stderr and exit code 2; a bug with its traceback and exit code 1. Either way, where the training stage
-set TOKENMILL_TRAIN_REASONS (a directory), the rank also writes that line to rank<N>.txt there: torchrun's
-log interleaves every rank's output and ends with its own banner, so the stage reads the reason from these
-files, not from the log (tokenmill.train.stage.failure_reason).
+set TOKENMILL_TRAIN_REASONS (a directory), the rank also writes that line to attempt<k>/rank<N>.txt there
+(tokenmill.train.faults): torchrun's log interleaves every rank's output and ends with its own banner, so the
+stage reads the reason from these files, not from the log (tokenmill.train.stage.failure_reason), and lists
+the causes of torchrun's restarts from them.
 """
 
 from __future__ import annotations
@@ -16,35 +17,22 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 import torch
 
 from tokenmill.train.config import TrainConfigError
 from tokenmill.train.data import DataError
-
-
-REASONS_ENV = "TOKENMILL_TRAIN_REASONS"
+from tokenmill.train.faults import record_reason
 
 
 def _one_line(text: str) -> str:
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def _record_reason(line: str) -> None:
-    """Write why this rank failed to $TOKENMILL_TRAIN_REASONS/rank<N>.txt, where the stage set it."""
-    root = os.environ.get(REASONS_ENV)
-    if root:
-        try:
-            (Path(root) / f"rank{os.environ.get('RANK', '0')}.txt").write_text(line + "\n")
-        except OSError:
-            pass  # the reason is in the log too
-
-
 def _user_error(message: str) -> int:
     line = f"train: {_one_line(message)}"
     print(line, file=sys.stderr)
-    _record_reason(line)
+    record_reason(line)
     return 2
 
 
@@ -76,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return _user_error(f"out of GPU memory ({'. '.join(first[:2])}): lower train.micro_batch (a scout's: "
                            "scouts.<rung>.micro_batch) or set train.parallel.activation_checkpoint")
     except Exception as exc:  # a bug: the traceback goes to the log, the last line of it to the stage
-        _record_reason(": ".join(filter(None, (type(exc).__name__, _one_line(str(exc))))))
+        record_reason(": ".join(filter(None, (type(exc).__name__, _one_line(str(exc))))))
         raise
     if os.environ.get("RANK", "0") == "0":
         print(json.dumps(summary, indent=2, sort_keys=True))

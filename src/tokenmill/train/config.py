@@ -98,6 +98,23 @@ class SpikeConfig(_Strict):
     max_consecutive: int = Field(default=20, gt=0)  # more skips in a row than this stop the run: diverged
 
 
+# The embedding's sigma1/sigma2: 1.01 for a freshly initialised 8192 x 128 table, 4.16 for the demo's trained
+# one (a common direction grows as training goes, the known anisotropy of token embeddings); a table whose rows
+# fall onto one direction goes to tens and beyond (tests/test_health.py). Past 20 is an alarm, not a stop.
+SIGMA_RATIO_MAX = 20.0
+
+
+class HealthConfig(_Strict):
+    """Per-layer health (tokenmill.train.health): group gradient norms and update ratios at the logging interval,
+    the embedding's sigma1/sigma2 every svd_interval steps, and the two alarms."""
+
+    enabled: bool = True
+    svd_interval: int = Field(default=100, gt=0)  # steps between measurements of the embedding's sigma1/sigma2
+    sigma_ratio_max: float = Field(default=SIGMA_RATIO_MAX, gt=1)  # past it: the embedding_collapse alarm
+    drift_horizon: int = Field(default=500, gt=0)  # steps a group's gradient-norm growth is judged over
+    drift_factor: float = Field(default=2.0, gt=1)  # growth over the horizon past it: the grad_norm_drift alarm
+
+
 class CheckpointConfig(_Strict):
     interval: int = Field(default=100, gt=0)  # steps between checkpoints (and always the last step)
     keep: int = Field(default=2, gt=0)  # newest complete checkpoints kept
@@ -134,6 +151,14 @@ class LaunchConfig(_Strict):
 
     nnodes: int = Field(default=1, gt=0)
     nproc_per_node: int = Field(default=1, gt=0)
+    # A failed, killed or hung rank ends its attempt; torchrun starts all ranks again this many times, each
+    # attempt resuming from the newest complete checkpoint (tokenmill.train.faults).
+    max_restarts: int = Field(default=0, ge=0)
+    # How long a collective may wait for a peer before it fails (the process group's timeout; NCCL's and
+    # gloo's defaults are 10 and 30 minutes), and how long a rank may show no progress (no step, evaluation or
+    # checkpoint finished) before its watchdog ends it, naming the rank and the step (None: no watchdog).
+    collective_timeout_seconds: float = Field(default=600.0, gt=0)
+    watchdog_seconds: float | None = Field(default=1800.0, gt=0)
 
 
 class TrainConfig(_Strict):
@@ -155,6 +180,7 @@ class TrainConfig(_Strict):
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     spike: SpikeConfig = SpikeConfig()
+    health: HealthConfig = HealthConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
     parallel: ParallelConfig = ParallelConfig()

@@ -212,13 +212,16 @@ class BatchLoader:
 
 def _parse_fault(spec: str) -> dict:
     """TOKENMILL_FAULT="corrupt_step=5,7;kill_in_checkpoint=4;slow_checkpoint=2": failures injected by tests
-    (never in runs); slow_checkpoint: an asynchronous checkpoint's write starts that many seconds late."""
+    (never in runs); slow_checkpoint: an asynchronous checkpoint's write starts that many seconds late;
+    collapse_embedding: before that step the embedding's rows are put onto one direction; hang_at, kill_at:
+    once per run (tokenmill.train.faults.fire_once), the last rank sleeps for good, or kills itself, before
+    that step."""
     out: dict = {}
+    known = ("corrupt_step", "kill_in_checkpoint", "slow_checkpoint", "collapse_embedding", "hang_at", "kill_at")
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         key, _, value = part.partition("=")
-        if key not in ("corrupt_step", "kill_in_checkpoint", "slow_checkpoint"):
-            raise ValueError(f"TOKENMILL_FAULT: unknown fault {key!r} (corrupt_step, kill_in_checkpoint, "
-                             "slow_checkpoint)")
+        if key not in known:
+            raise ValueError(f"TOKENMILL_FAULT: unknown fault {key!r} ({', '.join(known)})")
         out[key] = {int(v) for v in value.split(",") if v}
     return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -43,6 +44,8 @@ from tokenmill.evaluate.evalset import METRICS, EvalSet, benchmark_means
 from tokenmill.train.checkpoint import Checkpointer
 from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
+from tokenmill.train.faults import Watchdog, attempt, fire_once, record_resume
+from tokenmill.train.health import HEALTH, HEALTH_ALARMS, Health, collapse
 from tokenmill.train.metrics import mfu, peak_flops
 from tokenmill.train.model import Transformer, lm_loss
 from tokenmill.train.parallel import Layout, build_mesh, parallelize, set_micro_batch, write_param
@@ -92,8 +95,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(device: str) -> tuple[torch.device, bool]:
-    """(device, whether this call created the process group). torchrun: env://; otherwise one process."""
+def init_distributed(device: str, timeout_seconds: float | None = None) -> tuple[torch.device, bool]:
+    """(device, whether this call created the process group). torchrun: env://; otherwise one process.
+    timeout_seconds: how long a collective waits for a peer before it fails (train.launch)."""
     if device == "cuda" and not torch.cuda.is_available():
         # One line, not torch's traceback from set_device: an h100 scale preset run on a machine without a GPU.
         raise TrainConfigError("train.device is cuda (the h100 scale presets), but torch sees no CUDA device "
@@ -108,8 +112,15 @@ def init_distributed(device: str) -> tuple[torch.device, bool]:
         # device_id binds the group to this rank's GPU: NCCL starts now instead of at the first collective,
         # and the DeviceMesh's sub-groups split its communicator instead of each creating one.
         bound = {"device_id": torch.device("cuda", torch.cuda.current_device())} if use_cuda else {}
+        if timeout_seconds is not None:
+            bound["timeout"] = datetime.timedelta(seconds=timeout_seconds)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, init_method="env://", **bound)
+            # torchrun's store outlives a failed attempt (train.launch.max_restarts): a restarted attempt read
+            # the dead attempt's gloo addresses from it and could not connect (measured: "connectFullMesh
+            # failed ... Connection refused"). Each attempt's keys under their own prefix.
+            store, rank, world = next(dist.rendezvous("env://", timeout=bound.get("timeout", datetime.timedelta(minutes=30))))
+            store = dist.PrefixStore(f"tokenmill/attempt{attempt()}", store)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, **bound)
         else:
             dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
                                     **bound)
@@ -317,15 +328,17 @@ def spike_verdict(loss: float, grad_norm: float, losses: list[float], norms: lis
 # One step
 
 
-def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike) -> dict:
+def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, health: Health | None = None) -> dict:
     """One optimizer step, all of it: the step's batch (this rank's slice), forward and backward over its
     micro-batches, the global loss and gradient norm (one device-to-host read: each read waits for the GPU),
     the spike verdict, then the clipped update or the skip. Returns the step's row of STEPS; a skipped step
     also gets its row of SPIKES, with the documents it held. `state` carries the spike window across steps
-    (and checkpoints)."""
+    (and checkpoints). With `health` (the loop passes it at the logging interval), the step also measures each
+    parameter group's gradient norm and update ratio into the rows of HEALTH."""
     batch = trainer.loader.batch(step)
     ce = trainer.forward_backward(batch.inputs, batch.targets)
     norm_t = trainer.grad_norm()
+    group_norms = health.grad_norms() if health is not None else {}  # before clipping, as grad_norm
     loss, norm = torch.stack([_world_mean(ce), norm_t.float()]).tolist()
     # With the guard disabled only non-finite values are caught (a history that is never long enough).
     reason = spike_verdict(loss, norm, state["losses"], state["norms"], spike.k_sigma,
@@ -339,8 +352,12 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike) -> di
         # and every later step was skipped.
         state["losses"] = (state["losses"] + [loss])[-spike.window:]
         state["norms"] = (state["norms"] + [norm])[-spike.window:]
+    ratios: dict[str, float] = {}
     if reason is None:
+        before = health.snapshot() if health is not None else None
         trainer.clip_and_step(norm_t, lr)
+        if health is not None:
+            ratios = health.update_ratios(before)
         state["consecutive"] = 0
     else:
         trainer.optimizer.zero_grad(set_to_none=True)
@@ -349,6 +366,10 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike) -> di
             "step": step, "reason": reason, "loss": loss, "grad_norm": norm,
             "window_mean_loss": window_means[0], "window_mean_grad_norm": window_means[1],
             "doc_ids": trainer.loader.doc_ids(step)})
+    if health is not None:
+        health.record(step, group_norms)
+        state["health"] += [{"step": step, "group": g, "grad_norm": v, "update_ratio": ratios.get(g)}
+                            for g, v in group_norms.items()]
     return {"step": step, "stream_window": trainer.loader.window(step), "phase": batch.phase,
             "tokens_hash": batch.tokens_hash, "tokens": (step + 1) * trainer.cfg.train.tokens_per_step,
             "loss": loss, "grad_norm": norm, "lr": lr, "skipped": reason is not None, "skip_reason": reason}
@@ -356,6 +377,17 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike) -> di
 
 # ---------------------------------------------------------------------------------------------------------
 # The run
+
+
+def _rank_fault(fault: Mapping, step: int, rank: int, world: int) -> None:
+    """TOKENMILL_FAULT kill_at / hang_at, once per run (so torchrun's restart gets past it): the last rank kills
+    itself, or sleeps for good while the others wait for it in the step's first collective."""
+    if rank != world - 1:
+        return
+    if step in fault.get("kill_at", ()) and fire_once("kill_at", step):
+        os.kill(os.getpid(), 9)
+    if step in fault.get("hang_at", ()) and fire_once("hang_at", step):
+        time.sleep(10**6)
 
 
 def _rng_state() -> dict:
@@ -402,6 +434,8 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
     schema.write_parquet(state["spikes"], SPIKES, out_dir / "spikes.parquet")
     schema.write_parquet(state["heldout"], HELDOUT, out_dir / "heldout.parquet")
     schema.write_parquet(state["bench"], BENCHMARKS, out_dir / "benchmarks.parquet")
+    schema.write_parquet(state["health"], HEALTH, out_dir / "health.parquet")
+    schema.write_parquet(state["health_alarms"], HEALTH_ALARMS, out_dir / "health_alarms.parquet")
     final, tmp = out_dir / "final", out_dir / ".tmp-final"
     tmp.mkdir(parents=True, exist_ok=True)
     weights = {k: v.float().contiguous() for k, v in full.items()
@@ -435,7 +469,7 @@ def train(run_cfg: Mapping, data_root: str | Path, out_dir: str | Path, live_dir
     evalset: the evalset stage's requests.parquet, scored at every evaluation (none: held-out loss only).
     """
     cfg = parse_run(run_cfg)
-    device, created = init_distributed(cfg.train.device)
+    device, created = init_distributed(cfg.train.device, cfg.train.launch.collective_timeout_seconds)
     try:
         stream = PlanStream(tokens_dir or Path(data_root) / "tokenize", plan_dir or Path(data_root) / "mixture")
         requests = EvalSet(evalset, cfg.train.seq_len) if evalset is not None else None
@@ -473,6 +507,11 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
     else:
         state = {"step": 0, "records": [], "spikes": [], "heldout": [], "bench": [], "losses": [], "norms": [],
                  "consecutive": 0}
+    if rank == 0:
+        record_resume(state["step"])  # a restarted attempt: the step it resumed from (tokenmill.train.faults)
+    for key, empty in (("health", []), ("health_alarms", []), ("health_state", {})):
+        state.setdefault(key, empty)  # checkpoints written before the health checks lack them
+    health = Health(trainer.model, t.health, state["health_state"]) if t.health.enabled else None
     heldout = heldout_sequences(stream.tokens_dir, stream.plan_dir, t.seq_len, t.logging.eval_sequences,
                                 stream.eos_id, stream.dtype)
 
@@ -540,11 +579,19 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         }
 
     profiler = StepProfiler(rank, device.type)  # TOKENMILL_PROFILE; nothing otherwise
+    watchdog = Watchdog(t.launch.watchdog_seconds, rank)  # a hung rank ends, named, and torchrun restarts
     loop_started = time.perf_counter()
     interval_start, interval_tokens = time.perf_counter(), 0
     for step in range(state["step"], total_steps):
+        watchdog.beat(step)
+        _rank_fault(fault, step, rank, devices)  # tests only (TOKENMILL_FAULT): a rank killed or hung
         started = time.perf_counter()
-        record = train_step(trainer, step, schedule.lr(step), state, t.spike)
+        last = step + 1 == total_steps
+        logging_step = (step + 1) % t.logging.log_interval == 0 or last
+        probe = health if logging_step else None  # the per-group measurements ride on the logging steps
+        if step in fault.get("collapse_embedding", ()):
+            collapse(trainer.model.tok_embeddings.weight)
+        record = train_step(trainer, step, schedule.lr(step), state, t.spike, probe)
         state["records"].append(record)
         reason, loss = record["skip_reason"], record["loss"]
         if reason is not None and rank == 0:
@@ -561,8 +608,19 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             raise TrainError(f"{state['consecutive']} steps in a row skipped up to step {step} "
                              f"(last: {reason}, loss {loss:.4f}): the run diverged")
 
-        last = step + 1 == total_steps
-        if live is not None and ((step + 1) % t.logging.log_interval == 0 or last):
+        sigma = None
+        if probe is not None:
+            if health.sigma_due(step + 1):  # every rank takes part: the embedding is gathered
+                sigma, state["health_state"]["sigma_at"] = health.sigma_ratio(), step + 1
+            for alarm in health.alarms(step, sigma):
+                state["health_alarms"].append(alarm)
+                if rank == 0:
+                    print(f"train: warning: step {step}: {alarm['alarm']} in {alarm['group']}: "
+                          f"{alarm['value']:.3g} > {alarm['threshold']:.3g}" + (
+                              " (embedding sigma1/sigma2: its rows are collapsing onto one direction)"
+                              if alarm["alarm"] == "embedding_collapse" else
+                              f" (gradient-norm growth over {t.health.drift_horizon} steps)"), flush=True)
+        if live is not None and logging_step:
             seconds = time.perf_counter() - interval_start
             tps = interval_tokens / seconds if seconds > 0 else 0.0
             live.step = step + 1
@@ -571,22 +629,33 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             live.log_metric("train/lr", record["lr"])
             live.log_metric("perf/tokens_per_second", tps)
             live.log_metric("perf/memory_gib", _peak_memory(device) / 2**30)
+            for row in state["health"][-len(health.groups):] if probe is not None else []:  # this step's
+                live.log_metric(f"health/{row['group']}/grad_norm", row["grad_norm"])
+                if row["update_ratio"] is not None:
+                    live.log_metric(f"health/{row['group']}/update_ratio", row["update_ratio"])
+            if sigma is not None:
+                live.log_metric("health/embedding_sigma_ratio", sigma)
+            if probe is not None:
+                live.log_metric("health/alarms", len(state["health_alarms"]))
             for name, key in (("perf/mfu", "flops_per_token"), ("perf/mfu_causal", "flops_per_token_causal")):
                 value = mfu(tps, size[key], devices, peak)
                 if value is not None:
                     live.log_metric(name, value)
             live.next_step()
-        if (step + 1) % t.logging.log_interval == 0 or last:
+        if logging_step:
             interval_start, interval_tokens = time.perf_counter(), 0
         if step + 1 in eval_at:
             evaluate(step + 1)
+            watchdog.beat(step + 1)
         stop = stop_after is not None and step + 1 >= stop_after and not last
         if (step + 1) % t.checkpoint.interval == 0 or last or stop:
             state["rng"] = _rng_state()
             ckpt.save(step + 1, trainer.model, trainer.optimizer, state)
+            watchdog.beat(step + 1)
         if stop or last:
             ckpt.wait()  # the run's last checkpoint is complete (renamed) before the run reports or leaves
         if stop:
+            watchdog.close()
             profiler.close()
             if live is not None:
                 live.end()
@@ -594,6 +663,7 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         if step + 1 in eval_at or (step + 1) % t.checkpoint.interval == 0 or last:
             interval_start = time.perf_counter()  # evaluation and checkpoint time is not training throughput
 
+    watchdog.close()
     profiler.close()
     summary = _summary(cfg, state, size, total_steps)
     summary["timing"] = timing_of()
@@ -611,6 +681,7 @@ def _summary(cfg: RunConfig, state: dict, size: dict, total_steps: int) -> dict:
     return {
         "steps": total_steps, "tokens": total_steps * t.tokens_per_step,
         "skipped_steps": sum(r["skipped"] for r in state["records"]),
+        "health_alarms": len(state["health_alarms"]),
         "final_train_loss": applied[-1]["loss"] if applied else None,
         "final_train_loss_mean10": float(np.mean([r["loss"] for r in applied[-10:]])) if applied else None,
         "heldout_loss": {h["bucket"]: h["loss"] for h in state["heldout"] if h["step"] == final_step},

@@ -40,6 +40,7 @@ from tokenmill.runtime import (
     write_json,
 )
 from tokenmill.train.config import LaunchConfig, TrainConfigError, mesh_shape, parse_run
+from tokenmill.train.faults import REASONS_ENV, first_reason, last_attempt, restarts
 
 # Files of a finished run that are a function of configuration and data alone (contract 5). Checkpoints
 # are not among them: they exist to resume, and DCP's metadata is not promised to be byte-stable.
@@ -52,7 +53,6 @@ class LaunchError(RuntimeError):
 
 
 # Set for the ranks: a directory where a failing rank writes its one-line reason (tokenmill.train.__main__).
-REASONS_ENV = "TOKENMILL_TRAIN_REASONS"
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]: ?")  # torchrun's prefix of a rank's lines
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(.*))?$")
 _TORCHRUN_OWN = ("torch.distributed.elastic.", "ChildFailedError")
@@ -66,23 +66,17 @@ _RECORD_RANK = re.compile(r"^\s*rank\s*: (\d+)", re.M)
 def failure_reason(reasons: Path | None, log_text: str, world: int = 1) -> str:
     """Why a torchrun launch failed, in one line.
 
-    1. The line a failing rank wrote to `reasons`/rank<N>.txt (a user's error, or the last line of a bug's
-       traceback); of several ranks, the one that wrote first (the others mostly fail because it left).
+    1. The line a failing rank wrote to `reasons`/attempt<k>/rank<N>.txt of the last attempt (a user's error,
+       the watchdog's, or the last line of a bug's traceback); of several ranks, the one that wrote first (the
+       others mostly fail because it left).
     2. Else, from the log: the last line of the first Python traceback that is not torchrun's own (a rank that
        died before its entry point ran: an import error, a bad argument), or the entry point's last `train:`
        error line.
     3. Else torchrun's root-cause record: a rank killed by a signal (SIGKILL: often the out-of-memory killer).
     4. Else the last line before torchrun's report (which ends in a rule of '=': the line it used to give).
     """
-    found = []
-    for path in reasons.glob("rank*.txt") if reasons is not None and reasons.is_dir() else ():
-        text = " ".join(path.read_text(errors="replace").split())
-        if text and path.stem[4:].isdigit():
-            found.append((path.stat().st_mtime_ns, int(path.stem[4:]), text))
-    if found:
-        _, rank, text = min(found)
-        text = text.removeprefix("train: ")
-        return f"rank {rank}: {text}" if world > 1 else text
+    if reasons is not None and reasons.is_dir() and (line := first_reason(last_attempt(reasons), world)):
+        return line
 
     lines = [_RANK_PREFIX.sub("", line).rstrip() for line in log_text.splitlines()]
     in_traceback = False
@@ -166,7 +160,10 @@ def torchrun_command(launch: LaunchConfig, config_file: Path, data_root: Path, o
     """One node: `torchrun --standalone`. Several: every node runs this same command with
     TOKENMILL_RDZV_ENDPOINT=<head-host>:<port> set (docs/training.md shows the Slurm script)."""
     nnodes, nproc = launch.nnodes, launch.nproc_per_node
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+    # A failed or hung rank ends its attempt; torchrun starts every rank again, max_restarts times, and each
+    # attempt resumes from the newest complete checkpoint (tokenmill.train.faults).
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+           f"--max-restarts={launch.max_restarts}"]
     if nnodes == 1:
         cmd.append("--standalone")
     else:
@@ -194,7 +191,7 @@ def run_metrics(summary: Mapping, replicas: list[Mapping] = ()) -> dict:
     from tokenmill.evaluate.signal import run_figures
 
     metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
-                                            "heldout_loss", "skipped_steps") if k in summary}
+                                            "heldout_loss", "skipped_steps", "health_alarms") if k in summary}
     runs = [run_figures(s) for s in (summary, *replicas)]
     stderr = summary.get("benchmarks_mean") or {}
     for figure, (value, sigma) in runs[0].items():
@@ -260,10 +257,15 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
         with open(log, "w") as f:  # ... and torchrun with this stage
             proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**env, REASONS_ENV: reasons},
                                   preexec_fn=functools.partial(die_with_parent, os.getpid()))
+        world = train.launch.nnodes * train.launch.nproc_per_node
+        restarted = restarts(Path(reasons), world)
+        for r in restarted:
+            print(f"{stage}: restart {r['restart']} (resumed from step {r['resumed_from_step']}): {r['cause']}",
+                  file=sys.stderr)
         if proc.returncode != 0:
-            world = train.launch.nnodes * train.launch.nproc_per_node
             reason = failure_reason(Path(reasons), log.read_text(errors="replace"), world)
-            raise LaunchError(f"{stage}: training failed: {reason} (exit {proc.returncode}; full log: {log})")
+            tried = f" after {len(restarted)} restart(s)" if restarted else ""
+            raise LaunchError(f"{stage}: training failed{tried}: {reason} (exit {proc.returncode}; full log: {log})")
 
     summary = json.loads((out_dir / "summary.json").read_text())
     digest = content_digest(out_dir)
@@ -285,5 +287,5 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     perf = json.loads(live_metrics.read_text()).get("perf", {}) if live_metrics and live_metrics.exists() else {}
     write_json(Path(runs_dir) / f"{stage}.json", run_record(
         stage, run_cfg, inputs, ("torch", "numpy", "safetensors", "dvclive"), started, input_stage=plan_stage,
-        digest=digest, counts={}, timing=perf, command=cmd, log=str(log)))
+        digest=digest, counts={}, timing=perf, command=cmd, log=str(log), restarts=restarted))
     return summary
