@@ -100,6 +100,17 @@ def main() -> None:
             train_step(trainer, step, run.train.optimizer.lr, state, run.train.spike, probe)
             if step >= 2:
                 times["with" if probe else "without"].append(time.perf_counter() - t0)
+        # The measurements alone, on one step's gradients (the step-time difference above is within the
+        # steps' own noise at this size): the group norms, the copy and the update ratios, best of five.
+        batch = trainer.loader.batch(args.steps)
+        trainer.forward_backward(batch.inputs, batch.targets)
+        direct = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            health.grad_norms()
+            health.update_ratios(health.snapshot())
+            direct.append(time.perf_counter() - t0)
+        direct_s = min(direct)
         demo_sigma = _sigma_seconds(health)
         groups = len(health.groups)
         params = sum(p.numel() for p in trainer.model.parameters())
@@ -134,8 +145,9 @@ first two left out, medians of {len(times['without'])} and {len(times['with'])} 
 | --- | ---: |
 | without the measurements | {without:.4f} |
 | with them (a logging step) | {with_:.4f} |
-| cost of one logging step's measurements | {cost:.4f} ({cost / without:.1%} of a step) |
-| the same, spread over the log_interval of {interval} steps | {cost / interval:.5f} ({cost / interval / without:.2%} of a step) |
+| difference (within the steps' own noise) | {cost:+.4f} ({cost / without:+.1%} of a step) |
+| the measurements alone, on one step's gradients (best of 5) | {direct_s:.4f} ({direct_s / without:.2%} of a step) |
+| the same, spread over the log_interval of {interval} steps | {direct_s / interval:.5f} ({direct_s / interval / without:.3%} of a step) |
 | the embedding's sigma1/sigma2, demo table ({vocab:,} x {run.model.d_model}) | {demo_sigma:.4f} once every {run.train.health.svd_interval} steps ({demo_sigma / run.train.health.svd_interval / without:.3%} of a step) |
 | the same at the H100 presets' table (32,768 x 2,048), on this CPU | {big_sigma:.2f} |
 
