@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -196,6 +197,28 @@ def test_a_killed_then_a_hung_rank_restart_the_run_which_ends_as_if_undisturbed(
     assert "at step 6, in loop.py:" in hung["cause"] and "(watchdog" in hung["cause"], hung
     (row,) = run_records(tmp_path / "runs").to_pylist()
     assert json.loads(row["restarts"]) == [killed, hung]
+
+
+def test_a_replica_with_corrupted_weights_stops_the_attempt_before_its_checkpoint(corpus, tmp_path, monkeypatch):
+    """Three data-parallel replicas (dp_replicate 3, HSDP with shards of one rank); before step 3 rank 2's
+    parameters are nudged, as a flipped bit would. The replicas are compared before every checkpoint: at step
+    4's the checksums disagree, the attempt stops naming rank 2 before writing that checkpoint, and the restart
+    resumes from the start (no checkpoint had been written), not from corrupted weights; it then finishes with
+    replicas that agree at every check."""
+    from tokenmill.train.stage import run_train_stage
+
+    monkeypatch.setenv("TOKENMILL_FAULT", "corrupt_weights_at=3")
+    cfg = tiny_run(max_steps=STEPS, global_batch=6, parallel={"dp_replicate": 3, "dp_shard": 1},
+                   health={"replica_check_interval": 100}, launch={"nproc_per_node": 3, "max_restarts": 1})
+    summary = run_train_stage("pretrain", cfg, corpus, "mixture", "tokenize", tmp_path / "out", None, None,
+                              runs_dir=tmp_path / "runs")
+    assert summary["steps"] == STEPS and len(_steps(tmp_path / "out")) == STEPS
+    (restart,) = json.loads((tmp_path / "runs" / "pretrain.json").read_text())["restarts"]
+    assert restart["resumed_from_step"] == 0, restart  # step 4's checkpoint was never written
+    # Every rank stops with the same line (whichever wrote first is the cause); it names the odd one out.
+    assert re.match(r"rank [012]: silent data corruption: after step 3 the parameters of rank 2 differ from their "
+                    r"data-parallel replicas' \(ranks 0, 1, 2, checksums (-?\d+), \1, (?!\1)-?\d+\)",
+                    restart["cause"]), restart
 
 
 def test_asynchronous_checkpoints_change_nothing_and_resume_bit_exact(runs, corpus):

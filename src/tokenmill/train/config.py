@@ -113,6 +113,10 @@ class HealthConfig(_Strict):
     sigma_ratio_max: float = Field(default=SIGMA_RATIO_MAX, gt=1)  # past it: the embedding_collapse alarm
     drift_horizon: int = Field(default=500, gt=0)  # steps a group's gradient-norm growth is judged over
     drift_factor: float = Field(default=2.0, gt=1)  # growth over the horizon past it: the grad_norm_drift alarm
+    # Steps between comparisons of the data-parallel replicas' parameters (checksums of their shards), and
+    # always before a checkpoint is written; a mismatch stops the attempt (silent data corruption). Only
+    # layouts with replicas (train.parallel.dp_replicate > 1) have anything to compare.
+    replica_check_interval: int = Field(default=100, gt=0)
 
 
 class CheckpointConfig(_Strict):

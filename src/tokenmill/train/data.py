@@ -215,9 +215,10 @@ def _parse_fault(spec: str) -> dict:
     (never in runs); slow_checkpoint: an asynchronous checkpoint's write starts that many seconds late;
     collapse_embedding: before that step the embedding's rows are put onto one direction; hang_at, kill_at:
     once per run (tokenmill.train.faults.fire_once), the last rank sleeps for good, or kills itself, before
-    that step."""
+    that step; corrupt_weights_at: once per run, the last rank's parameters are nudged before that step."""
     out: dict = {}
-    known = ("corrupt_step", "kill_in_checkpoint", "slow_checkpoint", "collapse_embedding", "hang_at", "kill_at")
+    known = ("corrupt_step", "kill_in_checkpoint", "slow_checkpoint", "collapse_embedding", "hang_at", "kill_at",
+             "corrupt_weights_at")
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         key, _, value = part.partition("=")
         if key not in known:

@@ -152,6 +152,57 @@ class Health:
         return raised
 
 
+# The parameters the optimizer updates: under FSDP2 the sharded ones. model.parameters() is not that: between a
+# forward and its resharding FSDP2 registers the gathered, unsharded copies on the module instead (measured: a
+# change made to them at the start of a step was gone after it, and a checksum of them read the copies).
+def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+@torch.no_grad()
+def checksum(params: list[torch.Tensor]) -> int:
+    """An exact checksum of this rank's parameter shards: their bits read as integers and summed in int64
+    (integer addition: the same bits give the same sum whatever the order)."""
+    total = 0
+    for p in params:
+        local = (p.to_local() if isinstance(p, DTensor) else p).detach().contiguous()
+        bits = {8: torch.int64, 4: torch.int32, 2: torch.int16}[local.element_size()]
+        total += int(local.view(bits).to(torch.int64).sum())
+    return total
+
+
+def replica_mismatch(params: list[torch.Tensor], layout, step: int) -> str | None:
+    """Compare this rank's shards with their data-parallel replicas' (the ranks that differ only in their
+    dp_replicate coordinate hold the same shards); None when they agree or there are no replicas, else one
+    line naming the ranks whose parameters differ from the majority (of two, both). A collective over the
+    replicate dimension: every rank calls it at the same step."""
+    import torch.distributed as dist
+
+    if layout.dp_replicate == 1:
+        return None
+    group = layout.mesh.get_group("dp_replicate")
+    mine = torch.tensor([checksum(params)], dtype=torch.int64, device=params[0].device)
+    sums = [torch.zeros_like(mine) for _ in range(layout.dp_replicate)]
+    dist.all_gather(sums, mine, group=group)
+    values = [int(v) for v in sums]
+    if len(set(values)) == 1:
+        return None
+    ranks = dist.get_process_group_ranks(group)
+    majority = max(set(values), key=values.count)
+    odd = [r for r, v in zip(ranks, values) if v != majority or values.count(majority) * 2 <= len(values)]
+    return (f"silent data corruption: after step {step} the parameters of rank {', '.join(map(str, odd))} differ "
+            f"from their data-parallel replicas' (ranks {', '.join(map(str, ranks))}, checksums "
+            f"{', '.join(map(str, values))}); the run resumes from the last checkpoint, whose replicas agreed")
+
+
+@torch.no_grad()
+def corrupt(params: list[torch.Tensor]) -> None:
+    """A fault for tests (TOKENMILL_FAULT=corrupt_weights_at=<step>): one element of this rank's first
+    parameter shard nudged, as a flipped bit in a GPU's memory would."""
+    p = params[0]
+    (p.to_local() if isinstance(p, DTensor) else p).view(-1)[0] += 1e-3
+
+
 @torch.no_grad()
 def collapse(weight: torch.Tensor) -> None:
     """A fault for tests (TOKENMILL_FAULT=collapse_embedding=<step>): every row of the embedding put onto one

@@ -45,7 +45,8 @@ from tokenmill.train.checkpoint import Checkpointer
 from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
 from tokenmill.train.faults import Watchdog, attempt, fire_once, record_resume
-from tokenmill.train.health import HEALTH, HEALTH_ALARMS, Health, collapse
+from tokenmill.train.health import (HEALTH, HEALTH_ALARMS, Health, collapse, corrupt, optimizer_params,
+                                    replica_mismatch)
 from tokenmill.train.metrics import mfu, peak_flops
 from tokenmill.train.model import Transformer, lm_loss
 from tokenmill.train.parallel import Layout, build_mesh, parallelize, set_micro_batch, write_param
@@ -379,11 +380,14 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, healt
 # The run
 
 
-def _rank_fault(fault: Mapping, step: int, rank: int, world: int) -> None:
-    """TOKENMILL_FAULT kill_at / hang_at, once per run (so torchrun's restart gets past it): the last rank kills
-    itself, or sleeps for good while the others wait for it in the step's first collective."""
+def _rank_fault(fault: Mapping, step: int, rank: int, world: int, params: list[torch.Tensor]) -> None:
+    """TOKENMILL_FAULT kill_at / hang_at / corrupt_weights_at, once per run (so torchrun's restart gets past
+    it): the last rank kills itself, sleeps for good while the others wait for it in the step's first
+    collective, or has its parameters nudged."""
     if rank != world - 1:
         return
+    if step in fault.get("corrupt_weights_at", ()) and fire_once("corrupt_weights_at", step):
+        corrupt(params)
     if step in fault.get("kill_at", ()) and fire_once("kill_at", step):
         os.kill(os.getpid(), 9)
     if step in fault.get("hang_at", ()) and fire_once("hang_at", step):
@@ -584,13 +588,13 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
     interval_start, interval_tokens = time.perf_counter(), 0
     for step in range(state["step"], total_steps):
         watchdog.beat(step)
-        _rank_fault(fault, step, rank, devices)  # tests only (TOKENMILL_FAULT): a rank killed or hung
+        _rank_fault(fault, step, rank, devices, optimizer_params(trainer.optimizer))  # tests only (TOKENMILL_FAULT)
         started = time.perf_counter()
         last = step + 1 == total_steps
         logging_step = (step + 1) % t.logging.log_interval == 0 or last
         probe = health if logging_step else None  # the per-group measurements ride on the logging steps
-        if step in fault.get("collapse_embedding", ()):
-            collapse(trainer.model.tok_embeddings.weight)
+        if step in fault.get("collapse_embedding", ()) and health is not None:
+            collapse(health.embedding)  # the sharded table (health.py: optimizer_params says why not the module's)
         record = train_step(trainer, step, schedule.lr(step), state, t.spike, probe)
         state["records"].append(record)
         reason, loss = record["skip_reason"], record["loss"]
@@ -648,7 +652,13 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             evaluate(step + 1)
             watchdog.beat(step + 1)
         stop = stop_after is not None and step + 1 >= stop_after and not last
-        if (step + 1) % t.checkpoint.interval == 0 or last or stop:
+        save = (step + 1) % t.checkpoint.interval == 0 or last or stop
+        # Replicas compared before every checkpoint, so the newest checkpoint is always one whose replicas
+        # agreed: a mismatch ends the attempt and the restart resumes from it.
+        if save or (step + 1) % t.health.replica_check_interval == 0:
+            if (mismatch := replica_mismatch(optimizer_params(trainer.optimizer), trainer.layout, step)) is not None:
+                raise TrainError(mismatch)
+        if save:
             state["rng"] = _rng_state()
             ckpt.save(step + 1, trainer.model, trainer.optimizer, state)
             watchdog.beat(step + 1)
