@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -96,9 +97,16 @@ def first_reason(folder: Path | None, world: int) -> str | None:
     return f"rank {rank}: {text}" if world > 1 else text
 
 
-def restarts(root: Path, world: int) -> list[dict]:
+# torchrun's record of the first worker it saw fail in an attempt, one per failed attempt, in order.
+_TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+
+
+def restarts(root: Path, world: int, log_text: str = "") -> list[dict]:
     """Each restart of a run: its number, the step it resumed from, and its cause (the attempt before it: the
-    first rank's line, and the ranks that left none: killed by a signal, or their machine gone)."""
+    first rank's line, and the ranks that left none: killed by a signal, or their machine gone, with the exit
+    torchrun saw in its log). A rank killed by a signal can take the others down before they write anything:
+    torchrun stops them as soon as it sees the first one gone."""
+    exits = _TORCHRUN_FAILED.findall(log_text)
     out = []
     for folder in sorted(root.glob("attempt*"), key=lambda p: int(p.name[7:]) if p.name[7:].isdigit() else -1):
         k = int(folder.name[7:]) if folder.name[7:].isdigit() else 0
@@ -112,6 +120,10 @@ def restarts(root: Path, world: int) -> list[dict]:
             cause += f"; rank(s) {', '.join(map(str, silent))} left no reason (killed by a signal, or the machine)"
         elif silent:
             cause = "no rank said why (killed by a signal, or the machine)"
+        if silent and k - 1 < len(exits):
+            code, local = int(exits[k - 1][0]), exits[k - 1][1]
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            cause += f"; torchrun saw local rank {local} fail first ({how})"
         resumed = folder / "resumed.json"
         out.append({"restart": k, "cause": cause,
                     "resumed_from_step": json.loads(resumed.read_text())["from_step"] if resumed.exists() else None})

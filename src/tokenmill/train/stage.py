@@ -258,7 +258,7 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
             proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**env, REASONS_ENV: reasons},
                                   preexec_fn=functools.partial(die_with_parent, os.getpid()))
         world = train.launch.nnodes * train.launch.nproc_per_node
-        restarted = restarts(Path(reasons), world)
+        restarted = restarts(Path(reasons), world, log.read_text(errors="replace"))
         for r in restarted:
             print(f"{stage}: restart {r['restart']} (resumed from step {r['resumed_from_step']}): {r['cause']}",
                   file=sys.stderr)
