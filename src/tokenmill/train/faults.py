@@ -79,9 +79,14 @@ def _reasons(folder: Path) -> dict[int, tuple[int, str]]:
     return out
 
 
+def _attempts(root: Path) -> list[tuple[int, Path]]:
+    """(k, folder) of every attempt<k> folder under root, in attempt order."""
+    return sorted((int(p.name[7:]), p) for p in root.glob("attempt*") if p.name[7:].isdigit())
+
+
 def last_attempt(root: Path) -> Path | None:
-    attempts = sorted((p for p in root.glob("attempt*") if p.name[7:].isdigit()), key=lambda p: int(p.name[7:]))
-    return attempts[-1] if attempts else None
+    attempts = _attempts(root)
+    return attempts[-1][1] if attempts else None
 
 
 WAITING = "waiting in a collective"  # in a watchdog's line: a rank that waited for another, not the hung one
@@ -108,8 +113,7 @@ def restarts(root: Path, world: int, log_text: str = "") -> list[dict]:
     torchrun stops them as soon as it sees the first one gone."""
     exits = _TORCHRUN_FAILED.findall(log_text)
     out = []
-    for folder in sorted(root.glob("attempt*"), key=lambda p: int(p.name[7:]) if p.name[7:].isdigit() else -1):
-        k = int(folder.name[7:]) if folder.name[7:].isdigit() else 0
+    for k, folder in _attempts(root):
         if k == 0:
             continue
         before = root / f"attempt{k - 1}"
