@@ -482,6 +482,125 @@ def test_corrupted_batch_fires_the_spike_guard(corpus, tmp_path, monkeypatch):
     assert summary["skipped_steps"] == len(spikes)
 
 
+def test_an_excursion_is_judged_against_the_band_before_it_within_its_phase():
+    """The tracker (tokenmill.train.rollback.watch): an excursion that comes back inside its band within the
+    window is no rollback; one that stays above it is, after exactly `window` steps; a new plan phase is
+    judged only against its own history."""
+    from types import SimpleNamespace
+
+    from tokenmill.train.rollback import new_track, watch
+
+    cfg, spike = SimpleNamespace(k_sigma=3.0, window=5), SimpleNamespace(window=8, min_history=4)
+    noise = [0.02, -0.01, 0.0, 0.01, -0.02, 0.01, 0.0, -0.01]
+
+    def follow(losses, phases=None):
+        track, out = new_track(), []
+        for step, loss in enumerate(losses):
+            out.append(watch(track, step, (phases or ["bulk"] * len(losses))[step], loss, cfg, spike))
+        return track, out
+
+    base = [4.0 + e for e in noise]  # mean 4.0; std 0.013, under the floor of 1% of the mean: upper edge 4.12
+    track, out = follow(base + [5.0, 5.0, 5.0, 5.0, 3.99])  # four steps up, then back inside
+    assert out == [None] * 13 and track["start"] is None
+    track, out = follow(base + [5.0] * 6)
+    assert out[:12] == [None] * 12  # steps 8-11: four steps of the excursion
+    assert out[12] == {"start": 8, "band_mean": pytest.approx(4.0), "band_upper": pytest.approx(4.12)}
+    assert out[13]["start"] == 8  # still unrecovered
+    assert follow(base + [4.1] * 6)[1] == [None] * 14  # inside the band: not an excursion
+    assert follow(base + [float("nan")] * 5)[1][-1]["start"] == 8  # a non-finite loss is above any band
+    # The anneal phase sits higher: its first steps build its own band instead of opening an excursion.
+    _, out = follow(base + [5.0 + e for e in noise], ["bulk"] * 8 + ["anneal"] * 8)
+    assert out == [None] * 16
+
+
+def test_an_update_that_sends_the_loss_up_for_good_is_rolled_back(corpus, tmp_path, monkeypatch):
+    """Step 30's update at 1000x the learning rate (TOKENMILL_FAULT poison_step): its loss and gradient norm were
+    normal, so the spike guard let it through, and the loss stays ~20x up for the rest of a run without
+    rollback. With it, the run goes back to the checkpoint before the excursion, skips the batches that led
+    into it, halves the learning rate and ends where a run that never saw that update and had its learning rate
+    halved there ends, up to the three batches it skipped; the rollback survives a stop and resume, and the
+    lineage and the report show it."""
+    import duckdb
+
+    from tokenmill.lineage import training_tables
+    from tokenmill.report import sections
+    from tokenmill.train.data import BatchLoader, PlanStream
+
+    steps, poison = 80, 30
+    over = {"max_steps": steps, "rollback": {"window": 10, "skip_batches": 3}}  # checkpoints every 4 steps
+    wrecked = _run(corpus, tmp_path / "wrecked", monkeypatch, fault=f"poison_step={poison}", max_steps=steps,
+                   rollback={"enabled": False})
+    # The reference: the same run, its learning rate halved from step 28 on (stopped there, resumed at half).
+    from tokenmill.train.loop import train
+
+    monkeypatch.setenv("TOKENMILL_FAULT", "")
+    train(tiny_run(**over), corpus, tmp_path / "half", None, stop_after=28)
+    half = train(tiny_run(**over, optimizer={"lr": 1.5e-3}), corpus, tmp_path / "half", None)
+    # The poisoned run with rollback, stopped after the rollback and resumed.
+    monkeypatch.setenv("TOKENMILL_FAULT", f"poison_step={poison}")
+    train(tiny_run(**over), corpus, tmp_path / "run", tmp_path / "run" / "live", stop_after=44)
+    summary = train(tiny_run(**over), corpus, tmp_path / "run", tmp_path / "run" / "live")
+
+    for bucket, loss in half["heldout_loss"].items():
+        assert wrecked["heldout_loss"][bucket] > loss + 10, bucket  # up for good without a rollback
+        # Measured: 0.028 (books) and 0.016 (reference) from the three skipped batches; the halved learning
+        # rate alone moved the buckets 0.084 and 0.068 from the undisturbed run.
+        assert summary["heldout_loss"][bucket] == pytest.approx(loss, abs=0.05), bucket
+    assert summary["rollbacks"] == 1
+
+    [row] = pq.read_table(tmp_path / "run" / "rollbacks.parquet").to_pylist()
+    # The loss of step 31 is the first above the band; 10 steps above it (31-40) and the run went back to the
+    # newest checkpoint before the update that preceded it (step 30's, so at most 30 steps done: 28).
+    assert (row["reason"], row["excursion_start"], row["detected_at"], row["resumed_from"]) == \
+        ("unrecovered_excursion", 31, 40, 28)
+    assert row["skipped_steps"] == [29, 30, 31] and row["lr_scale"] == 0.5
+    assert row["band_upper"] < 6 and len(row["undone_losses"]) == 13 and min(row["undone_losses"][3:]) > 20
+    monkeypatch.delenv("TOKENMILL_FAULT")
+    loader = BatchLoader(PlanStream(corpus / "tokenize", corpus / "mixture"), 32, 8)
+    loader.order = loader.seeded_order(steps, 0)
+    assert row["skipped_windows"] == [loader.window(s) for s in (29, 30, 31)]
+    assert row["doc_ids"] == list(dict.fromkeys(d for s in (29, 30, 31) for d in loader.doc_ids(s)))
+
+    ran = pq.read_table(tmp_path / "run" / "steps.parquet").to_pylist()
+    ref = pq.read_table(tmp_path / "half" / "steps.parquet").to_pylist()
+    assert [r["step"] for r in ran] == list(range(steps))
+    assert [r["replay"] for r in ran] == [0] * 28 + [1] * 13 + [0] * 39  # steps 28-40 ran twice
+    assert [r["skip_reason"] for r in ran[29:32]] == ["rolled_back"] * 3 and ran[30]["loss"] is None
+    # Before the poisoned update both runs are the same run; at step 28 both start from the same checkpoint
+    # at the same halved learning rate, which the resumed run kept.
+    assert [r["loss"] for r in ran[:29]] == [r["loss"] for r in ref[:29]]
+    assert [r["lr"] for r in ran] == [r["lr"] for r in ref]
+    assert [r["tokens_hash"] for r in ran] == [r["tokens_hash"] for r in ref]
+
+    # The lineage's train_rollbacks and the report's loss curve.
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"stage": "pretrain"}))
+    con = duckdb.connect()
+    for name, t in training_tables(tmp_path).items():
+        con.register(name, t)
+    assert con.execute("SELECT run, resumed_from, len(doc_ids) FROM train_rollbacks").fetchall() == \
+        [("pretrain", 28, len(row["doc_ids"]))]
+    figures = []
+    monkeypatch.setattr(sections.Plots, "save", lambda self, fig, name: figures.append(fig) or f"{name}.png")
+    section = sections.training(con, sections.Plots(tmp_path / "report"), tmp_path)
+    assert "Rollbacks of pretrain" in "".join(section.html)
+    curve = figures[0].axes[0]
+    undone = [line for line in curve.get_lines() if line.get_label() == "undone (rolled back)"]
+    assert len(undone) == 1 and list(undone[0].get_xdata()) == list(range(28, 41))
+    assert list(undone[0].get_ydata()) == row["undone_losses"]
+    assert any(line.get_label() == "rollback" and line.get_xdata()[0] == 28 for line in curve.get_lines())
+
+
+def test_an_unrecovered_excursion_past_the_last_rollback_stops_the_run_with_one_line(corpus, tmp_path, monkeypatch):
+    from tokenmill.train.loop import TrainError
+
+    with pytest.raises(TrainError) as err:
+        _run(corpus, tmp_path / "run", monkeypatch, fault="poison_step=30", max_steps=80,
+             rollback={"window": 10, "max_rollbacks": 0})
+    message = str(err.value)
+    assert "\n" not in message and "for 10 steps from step 31" in message
+    assert "after 0 rollbacks (train.rollback.max_rollbacks 0)" in message
+
+
 class _Clock:
     """tokenmill.train.loop's `time`, its perf_counter moved only by the test: a step's time and an
     evaluation's time are whatever the test says they were."""

@@ -304,7 +304,8 @@ def step_spans(con: duckdb.DuckDBPyConnection, window: int) -> tuple[int, list[t
 # training runs (data/train/<run>/) write their step tables after the lineage stage has run.
 
 RUN_TABLES = {"train_steps": "steps.parquet", "train_spikes": "spikes.parquet", "train_heldout": "heldout.parquet",
-              "train_health": "health.parquet", "train_health_alarms": "health_alarms.parquet"}
+              "train_health": "health.parquet", "train_health_alarms": "health_alarms.parquet",
+              "train_rollbacks": "rollbacks.parquet"}
 
 
 def run_records(runs_dir: str | Path) -> pa.Table:
@@ -328,8 +329,8 @@ def run_records(runs_dir: str | Path) -> pa.Table:
 
 
 def training_tables(train_root: str | Path) -> dict[str, pa.Table]:
-    """train_steps, train_spikes, train_heldout, train_health and train_health_alarms over every finished run
-    under train_root (data/train), with a `run` column naming the stage (pretrain, scout@s1, ...)."""
+    """train_steps, train_spikes, train_heldout, train_health, train_health_alarms and train_rollbacks over every
+    finished run under train_root (data/train), with a `run` column naming the stage (pretrain, scout@s1, ...)."""
     out: dict[str, list[pa.Table]] = {name: [] for name in RUN_TABLES}
     for manifest in sorted(Path(train_root).rglob("manifest.json")):
         run = json.loads(manifest.read_text())["stage"]

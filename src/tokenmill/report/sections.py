@@ -359,14 +359,25 @@ def training(con, plots: Plots, project: Path) -> Section:
         alarms = con.execute("SELECT step, alarm, \"group\", value, threshold FROM train_health_alarms WHERE run = ? "
                              "ORDER BY step, alarm, \"group\"", [run]).fetchall() \
             if "train_health_alarms" in tables else []
+        rollbacks = con.execute("SELECT rollback, reason, excursion_start, detected_at, resumed_from, band_upper, "
+                                "undone_losses, skipped_steps, len(doc_ids), lr_scale FROM train_rollbacks "
+                                "WHERE run = ? ORDER BY rollback", [run]).fetchall() \
+            if "train_rollbacks" in tables else []
         speed = _tsv(_live_dir(project, run) / "plots" / "metrics" / "perf" / "tokens_per_second.tsv")
         fig, axes = plt.subplots(1, 5, figsize=(17, 3.2))
         x = [r[0] for r in steps]
-        axes[0].plot(x, [r[1] for r in steps], color=KEPT, lw=1)
-        skipped = [(r[0], r[1]) for r in steps if r[4]]
+        trained = [(r[0], r[1]) for r in steps if r[1] is not None]  # a batch a rollback skipped has no loss
+        axes[0].plot(*zip(*trained), color=KEPT, lw=1)
+        skipped = [(r[0], r[1]) for r in steps if r[4] and r[1] is not None]
         if skipped:
             axes[0].scatter(*zip(*skipped), color="red", marker="x", zorder=3, label="skipped (spike)")
-            axes[0].legend()
+        for k, (n, _, _, detected, resumed, _, undone, *_) in enumerate(rollbacks):
+            # The undone steps as they went before the rollback, and where the run went back to.
+            axes[0].plot(range(resumed, resumed + len(undone)), undone, color="#999999", lw=1, ls="--",
+                         label="undone (rolled back)" if k == 0 else None)
+            axes[0].axvline(resumed, color="red", lw=0.8, ls=":", label="rollback" if k == 0 else None)
+        if skipped or rollbacks:
+            axes[0].legend(fontsize=7)
         axes[0].set_title("training loss")
         for bucket in sorted({h[1] for h in held}):
             pts = [(h[0], h[2]) for h in held if h[1] == bucket]
@@ -391,20 +402,30 @@ def training(con, plots: Plots, project: Path) -> Section:
         final_held = {b: l for st, b, l in held if st == max(h[0] for h in held)} if held else {}
         summary_rows.append((run, len(steps), sum(r[4] for r in steps), steps[-1][1] if steps else None,
                              sum(final_held.values()) / len(final_held) if final_held else None,
-                             sum(v for _, v in speed) / len(speed) if speed else None, len(spikes), len(alarms)))
+                             sum(v for _, v in speed) / len(speed) if speed else None, len(spikes), len(alarms),
+                             len(rollbacks)))
         if spikes:
             s.html.append(f"<h3>Spikes of {esc(run)}</h3>")
             s.html.append(table(["step", "reason", "loss", "grad norm", "window mean loss", "window mean grad norm",
                                  "documents in the batch"], spikes))
+        if rollbacks:  # tokenmill.train.rollback: docs/training.md, "When a run goes wrong"
+            s.html.append(f"<h3>Rollbacks of {esc(run)}</h3>")
+            s.html.append(table(["rollback", "reason", "excursion from step", "detected after step",
+                                 "back to step", "band upper edge", "skipped steps", "documents skipped",
+                                 "learning rate x"],
+                                [(n, why, start, det, back, upper, f"{sk[0]}-{sk[-1]}", docs, scale)
+                                 for n, why, start, det, back, upper, _, sk, docs, scale in rollbacks]))
         if alarms:  # tokenmill.train.health: docs/training.md, "When a run goes wrong"
             s.html.append(f"<h3>Health alarms of {esc(run)}</h3>")
             s.html.append(table(["step", "alarm", "group", "value", "threshold"], alarms))
     s.html.insert(0, table(["run", "steps", "skipped", "final loss", "final held-out (mean)", "mean tokens/s",
-                            "spikes", "health alarms"], summary_rows))
+                            "spikes", "health alarms", "rollbacks"], summary_rows))
     if not any(r[6] for r in summary_rows):
         s.note = "No loss spike: every step's update was applied."
     if not any(r[7] for r in summary_rows):
         s.note = (s.note + " " if s.note else "") + "No health alarm (embedding collapse, gradient-norm drift)."
+    if not any(r[8] for r in summary_rows):
+        s.note = (s.note + " " if s.note else "") + "No rollback: no loss excursion outlasted its window."
     return s
 
 

@@ -87,6 +87,9 @@ class Checkpointer:
         self.load_seconds: float | None = None
         self.asynchronous = asynchronous
         self._pending: tuple | None = None  # (future, step, tmp, final) of the write in flight
+        # While a loss excursion is open (tokenmill.train.rollback), its first step: the newest checkpoint at or
+        # before it is kept whatever `keep` says, since a rollback returns there.
+        self.pin: int | None = None
         if asynchronous:
             # The background write's collectives (DCP exchanges its plan between ranks) go over a gloo group of
             # their own, so they never interleave with the training's on the default group.
@@ -149,13 +152,18 @@ class Checkpointer:
             if final.exists():  # a rerun of the same step (only after a crash between rename and prune)
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            for _, old in complete_checkpoints(self.root)[:-self.keep]:
-                shutil.rmtree(old)
+            found = complete_checkpoints(self.root)
+            pinned = [p for s, p in found if self.pin is not None and s <= self.pin][-1:]
+            for _, old in found[:-self.keep]:
+                if old not in pinned:
+                    shutil.rmtree(old)
         _barrier()
 
-    def load_latest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
-        """Load the newest complete checkpoint into model and optimizer; its trainer state, or None."""
-        found = complete_checkpoints(self.root)
+    def load_latest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    at_most: int | None = None) -> dict | None:
+        """Load the newest complete checkpoint (of at most `at_most` steps) into model and optimizer; its trainer
+        state, or None."""
+        found = [(s, p) for s, p in complete_checkpoints(self.root) if at_most is None or s <= at_most]
         # Every rank must pick the same one: rank 0 decides (a rank could list the directory mid-rename).
         choice = [str(found[-1][1]) if found else None]
         if dist.is_initialized():
@@ -169,3 +177,13 @@ class Checkpointer:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         self.load_seconds = time.perf_counter() - started
         return json.loads(state["trainer"])
+
+    def drop_after(self, step: int) -> None:
+        """Delete the checkpoints of more than `step` steps (a rollback's undone steps): a restart must not
+        resume from them."""
+        self.wait(count=False)
+        if _rank() == 0:
+            for s, path in complete_checkpoints(self.root):
+                if s > step:
+                    shutil.rmtree(path)
+        _barrier()

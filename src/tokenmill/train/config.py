@@ -95,7 +95,25 @@ class SpikeConfig(_Strict):
     window: int = Field(default=50, gt=1)  # accepted steps the mean and std are taken over
     min_history: int = Field(default=10, gt=1)  # no verdict before this many accepted steps
     k_sigma: float = Field(default=6.0, gt=0)
-    max_consecutive: int = Field(default=20, gt=0)  # more skips in a row than this stop the run: diverged
+    # More skips in a row than this: the run rolls back (train.rollback), or stops when it may not: diverged.
+    max_consecutive: int = Field(default=20, gt=0)
+
+
+class RollbackConfig(_Strict):
+    """Roll back a loss excursion that does not come back (tokenmill.train.rollback): the run returns to the
+    newest checkpoint at or before the excursion's first step, skips the batches that led into it, lowers the
+    learning rate and goes on; at most max_rollbacks times, then it stops."""
+
+    enabled: bool = True
+    # A step whose loss is above mean + k_sigma x std of the recent losses of its plan phase (the spike guard's
+    # window and min_history, the same std floor of 1% of the mean) opens an excursion; the band is frozen there.
+    k_sigma: float = Field(default=3.0, gt=0)
+    window: int = Field(default=50, gt=1)  # an excursion with every step above its band this long: roll back
+    lr_factor: float = Field(default=0.5, gt=0, le=1)  # the learning rate is multiplied by it at each rollback
+    # Batches skipped after a rollback: those of the excursion's first step and of the steps before it, this
+    # many in all (never before the checkpoint returned to); their documents are recorded, not trained on later.
+    skip_batches: int = Field(default=10, gt=0)
+    max_rollbacks: int = Field(default=3, ge=0)  # one unrecovered excursion more stops the run
 
 
 # The embedding's sigma1/sigma2: 1.01 for a freshly initialised 8192 x 128 table, 4.16 for the demo's trained
@@ -184,6 +202,7 @@ class TrainConfig(_Strict):
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     spike: SpikeConfig = SpikeConfig()
+    rollback: RollbackConfig = RollbackConfig()
     health: HealthConfig = HealthConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()

@@ -215,10 +215,12 @@ def _parse_fault(spec: str) -> dict:
     (never in runs); slow_checkpoint: an asynchronous checkpoint's write starts that many seconds late;
     collapse_embedding: before that step the embedding's rows are put onto one direction; hang_at, kill_at:
     once per run (tokenmill.train.faults.fire_once), the last rank sleeps for good, or kills itself, before
-    that step; corrupt_weights_at: once per run, the last rank's parameters are nudged before that step."""
+    that step; corrupt_weights_at: once per run, the last rank's parameters are nudged before that step;
+    poison_step: that step's update is applied at 1000x the learning rate (loop.py), a bad update the spike
+    guard cannot see coming, which sends the loss up for good (a rollback's test)."""
     out: dict = {}
     known = ("corrupt_step", "kill_in_checkpoint", "slow_checkpoint", "collapse_embedding", "hang_at", "kill_at",
-             "corrupt_weights_at")
+             "corrupt_weights_at", "poison_step")
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         key, _, value = part.partition("=")
         if key not in known:

@@ -10,6 +10,7 @@ returned summary's "timing"):
     checkpoints/step_<N>/   DCP checkpoints, the newest `train.checkpoint.keep` (see checkpoint.py)
     steps.parquet           one row per step: STEPS
     spikes.parquet          one row per skipped step with the doc_ids of its batch: SPIKES
+    rollbacks.parquet       one row per rollback of an unrecovered loss excursion: ROLLBACKS (rollback.py)
     heldout.parquet         held-out loss per bucket at each evaluation: HELDOUT
     benchmarks.parquet      in-loop benchmark scores at each evaluation (when an evalset is given): BENCHMARKS
     final/model.safetensors consolidated float32 weights (names of model.py; output.weight omitted when tied)
@@ -51,6 +52,7 @@ from tokenmill.train.metrics import mfu, peak_flops
 from tokenmill.train.model import Transformer, lm_loss
 from tokenmill.train.parallel import Layout, build_mesh, parallelize, set_micro_batch, write_param
 from tokenmill.train.profile import StepProfiler
+from tokenmill.train.rollback import ROLLBACKS, lr_scale, new_track, replays, rollback_row, skipped, watch
 from tokenmill.train.schedule import make_schedule
 
 STEPS = pa.schema([
@@ -63,7 +65,10 @@ STEPS = pa.schema([
     ("grad_norm", pa.float64()),  # global L2 norm before clipping
     ("lr", pa.float64()),
     ("skipped", pa.bool_()),
-    ("skip_reason", pa.string()),  # nonfinite | loss_spike | grad_norm_spike; null when applied
+    # nonfinite | loss_spike | grad_norm_spike | rolled_back (a batch a rollback skips: no forward, no loss);
+    # null when applied
+    ("skip_reason", pa.string()),
+    ("replay", pa.int64()),  # how many rollbacks undid this step before this pass (0: its first pass)
 ])
 SPIKES = pa.schema([
     ("step", pa.int64()),
@@ -333,10 +338,16 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, healt
     """One optimizer step, all of it: the step's batch (this rank's slice), forward and backward over its
     micro-batches, the global loss and gradient norm (one device-to-host read: each read waits for the GPU),
     the spike verdict, then the clipped update or the skip. Returns the step's row of STEPS; a skipped step
-    also gets its row of SPIKES, with the documents it held. `state` carries the spike window across steps
-    (and checkpoints). With `health` (the loop passes it at the logging interval), the step also measures each
-    parameter group's gradient norm and update ratio into the rows of HEALTH."""
+    also gets its row of SPIKES, with the documents it held. `state` carries the spike window and the
+    rollbacks across steps (and checkpoints): a batch a rollback skips is read (its token hash) but neither
+    trained on nor judged. With `health` (the loop passes it at the logging interval), the step also measures
+    each parameter group's gradient norm and update ratio into the rows of HEALTH."""
     batch = trainer.loader.batch(step)
+    row = {"step": step, "stream_window": trainer.loader.window(step), "phase": batch.phase,
+           "tokens_hash": batch.tokens_hash, "tokens": (step + 1) * trainer.cfg.train.tokens_per_step, "lr": lr,
+           "replay": replays(state["rollbacks"], step)}
+    if step in skipped(state["rollbacks"]):
+        return {**row, "loss": None, "grad_norm": None, "skipped": True, "skip_reason": "rolled_back"}
     ce = trainer.forward_backward(batch.inputs, batch.targets)
     norm_t = trainer.grad_norm()
     group_norms = health.grad_norms() if health is not None else {}  # before clipping, as grad_norm
@@ -371,9 +382,7 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, healt
         health.record(step, group_norms)
         state["health"] += [{"step": step, "group": g, "grad_norm": v, "update_ratio": ratios.get(g)}
                             for g, v in group_norms.items()]
-    return {"step": step, "stream_window": trainer.loader.window(step), "phase": batch.phase,
-            "tokens_hash": batch.tokens_hash, "tokens": (step + 1) * trainer.cfg.train.tokens_per_step,
-            "loss": loss, "grad_norm": norm, "lr": lr, "skipped": reason is not None, "skip_reason": reason}
+    return {**row, "loss": loss, "grad_norm": norm, "skipped": reason is not None, "skip_reason": reason}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -392,6 +401,15 @@ def _rank_fault(fault: Mapping, step: int, rank: int, world: int, params: list[t
         os.kill(os.getpid(), 9)
     if step in fault.get("hang_at", ()) and fire_once("hang_at", step):
         time.sleep(10**6)
+
+
+def _complete(state: dict) -> dict:
+    """The run state's parts that checkpoints written before them lack."""
+    for key, empty in (("health", []), ("health_alarms", []), ("health_state", {}), ("rollbacks", []),
+                       ("excursion", None)):
+        state.setdefault(key, empty)
+    state["excursion"] = state["excursion"] or new_track()
+    return state
 
 
 def _rng_state() -> dict:
@@ -436,6 +454,7 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
         return
     schema.write_parquet(state["records"], STEPS, out_dir / "steps.parquet")
     schema.write_parquet(state["spikes"], SPIKES, out_dir / "spikes.parquet")
+    schema.write_parquet(state["rollbacks"], ROLLBACKS, out_dir / "rollbacks.parquet")
     schema.write_parquet(state["heldout"], HELDOUT, out_dir / "heldout.parquet")
     schema.write_parquet(state["bench"], BENCHMARKS, out_dir / "benchmarks.parquet")
     schema.write_parquet(state["health"], HEALTH, out_dir / "health.parquet")
@@ -513,8 +532,7 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
                  "consecutive": 0}
     if rank == 0:
         record_resume(state["step"])  # a restarted attempt: the step it resumed from (tokenmill.train.faults)
-    for key, empty in (("health", []), ("health_alarms", []), ("health_state", {})):
-        state.setdefault(key, empty)  # checkpoints written before the health checks lack them
+    _complete(state)
     health = Health(trainer.model, t.health, state["health_state"]) if t.health.enabled else None
     heldout = heldout_sequences(stream.tokens_dir, stream.plan_dir, t.seq_len, t.logging.eval_sequences,
                                 stream.eos_id, stream.dtype)
@@ -527,6 +545,37 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         live = Live(str(live_dir), resume=resumed, save_dvc_exp=False, dvcyaml=False, report=None)
 
     timing = {"step_seconds": [], "tokens": 0, "benchmark_eval_seconds": 0.0}
+
+    def roll_back(reason: str, excursion: dict, step: int) -> None:
+        """Model, optimizer and run state back to the newest checkpoint written before the update that preceded
+        the excursion's first step, the rollback recorded (rollback.py); a TrainError when none may be done."""
+        rollbacks, start, r = state["rollbacks"], excursion["start"], t.rollback
+        what = (f"the loss stayed above its band (mean {excursion['band_mean']:.4f}, upper edge "
+                f"{excursion['band_upper']:.4f}) for {r.window} steps from step {start}"
+                if reason == "unrecovered_excursion" else
+                f"{state['consecutive']} steps in a row skipped up to step {step} (last: "
+                f"{state['records'][-1]['skip_reason']}, loss {state['records'][-1]['loss']:.4f})")
+        if not r.enabled or len(rollbacks) >= r.max_rollbacks:
+            raise TrainError(f"{what}, after {len(rollbacks)} rollbacks (train.rollback.max_rollbacks "
+                             f"{r.max_rollbacks}{'' if r.enabled else ', rollback disabled'}): the run diverged")
+        ckpt.wait()
+        loaded = ckpt.load_latest(trainer.model, trainer.optimizer, at_most=start - 1)
+        if loaded is None:
+            raise TrainError(f"{what}, and no checkpoint was written before step {start - 1} to roll back to "
+                             f"(train.checkpoint.interval {t.checkpoint.interval}): the run diverged")
+        row = rollback_row(rollbacks, reason, excursion, step, loaded["step"], state["records"], trainer.loader, r)
+        ckpt.drop_after(loaded["step"])
+        _complete(loaded)
+        state.clear()
+        state.update(loaded, rollbacks=rollbacks + [row])
+        _set_rng_state(state["rng"])
+        if rank == 0:
+            steps = row["skipped_steps"]
+            print(f"train: rollback {row['rollback']} of at most {r.max_rollbacks}: {what}; back to the checkpoint "
+                  f"at step {row['resumed_from']}, the batches of steps {steps[0]}-{steps[-1]} skipped "
+                  f"({len(row['doc_ids'])} documents), learning rate x{row['lr_scale']:g}", flush=True)
+        if live is not None:
+            live.log_metric("train/rollbacks", len(state["rollbacks"]), plot=False)
 
     def evaluate(step_done: int) -> dict[str, float]:
         out = {}
@@ -586,19 +635,24 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
     watchdog = Watchdog(t.launch.watchdog_seconds, rank)  # a hung rank ends, named, and torchrun restarts
     loop_started = time.perf_counter()
     interval_start, interval_tokens = time.perf_counter(), 0
-    for step in range(state["step"], total_steps):
+    step = state["step"]
+    while step < total_steps:
         watchdog.beat(step)
         _rank_fault(fault, step, rank, devices, optimizer_params(trainer.optimizer))  # tests only (TOKENMILL_FAULT)
         started = time.perf_counter()
         last = step + 1 == total_steps
         logging_step = (step + 1) % t.logging.log_interval == 0 or last
-        probe = health if logging_step else None  # the per-group measurements ride on the logging steps
+        # The per-group measurements ride on the logging steps (not on a batch a rollback skips: no gradient).
+        probe = health if logging_step and step not in skipped(state["rollbacks"]) else None
         if step in fault.get("collapse_embedding", ()) and health is not None:
             collapse(health.embedding)  # the sharded table (health.py: optimizer_params says why not the module's)
-        record = train_step(trainer, step, schedule.lr(step), state, t.spike, probe)
+        lr = schedule.lr(step) * lr_scale(state["rollbacks"], t.rollback)
+        if step in fault.get("poison_step", ()) and step not in skipped(state["rollbacks"]):
+            lr *= 1000.0  # tests only: an update whose loss and gradient norm look normal wrecks the model
+        record = train_step(trainer, step, lr, state, t.spike, probe)
         state["records"].append(record)
         reason, loss = record["skip_reason"], record["loss"]
-        if reason is not None and rank == 0:
+        if reason is not None and reason != "rolled_back" and rank == 0:
             print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {record['grad_norm']:.4f})",
                   flush=True)
         # No synchronize: the read of the loss above already waited for forward and backward; the optimizer's
@@ -608,9 +662,21 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         profiler.step()
         interval_tokens += t.tokens_per_step
         state["step"] = step + 1
-        if state["consecutive"] > t.spike.max_consecutive:
-            raise TrainError(f"{state['consecutive']} steps in a row skipped up to step {step} "
-                             f"(last: {reason}, loss {loss:.4f}): the run diverged")
+        # An excursion that does not come back, or too many skips in a row: roll back (rollback.py), or stop.
+        excursion = watch(state["excursion"], step, record["phase"], loss, t.rollback, t.spike) \
+            if t.rollback.enabled else None
+        why = "unrecovered_excursion" if excursion is not None else None
+        if state["consecutive"] > t.spike.max_consecutive:  # from the open excursion's start, if earlier
+            first = step - state["consecutive"] + 1
+            why, excursion = "consecutive_skips", {"start": min(first, state["excursion"]["start"] or first)}
+        if why is not None:
+            roll_back(why, excursion, step)
+            health = Health(trainer.model, t.health, state["health_state"]) if t.health.enabled else None
+            step = state["step"]
+            interval_start, interval_tokens = time.perf_counter(), 0
+            continue
+        start = state["excursion"]["start"]
+        ckpt.pin = None if start is None else start - 1  # the checkpoint a rollback would return to is kept
 
         sigma = None
         if probe is not None:
@@ -628,8 +694,9 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             seconds = time.perf_counter() - interval_start
             tps = interval_tokens / seconds if seconds > 0 else 0.0
             live.step = step + 1
-            live.log_metric("train/loss", loss)
-            live.log_metric("train/grad_norm", record["grad_norm"])
+            if loss is not None:  # none on a batch a rollback skips
+                live.log_metric("train/loss", loss)
+                live.log_metric("train/grad_norm", record["grad_norm"])
             live.log_metric("train/lr", record["lr"])
             live.log_metric("perf/tokens_per_second", tps)
             live.log_metric("perf/memory_gib", _peak_memory(device) / 2**30)
@@ -672,6 +739,7 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             return {"stopped_at": step + 1, "steps": total_steps, "timing": timing_of()}
         if step + 1 in eval_at or (step + 1) % t.checkpoint.interval == 0 or last:
             interval_start = time.perf_counter()  # evaluation and checkpoint time is not training throughput
+        step += 1
 
     watchdog.close()
     profiler.close()
@@ -691,6 +759,7 @@ def _summary(cfg: RunConfig, state: dict, size: dict, total_steps: int) -> dict:
     return {
         "steps": total_steps, "tokens": total_steps * t.tokens_per_step,
         "skipped_steps": sum(r["skipped"] for r in state["records"]),
+        "rollbacks": len(state["rollbacks"]),
         "health_alarms": len(state["health_alarms"]),
         "final_train_loss": applied[-1]["loss"] if applied else None,
         "final_train_loss_mean10": float(np.mean([r["loss"] for r in applied[-10:]])) if applied else None,

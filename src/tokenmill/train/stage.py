@@ -44,7 +44,8 @@ from tokenmill.train.faults import REASONS_ENV, first_reason, last_attempt, rest
 
 # Files of a finished run that are a function of configuration and data alone (contract 5). Checkpoints
 # are not among them: they exist to resume, and DCP's metadata is not promised to be byte-stable.
-CONTENT = ("steps.parquet", "spikes.parquet", "heldout.parquet", "benchmarks.parquet", "summary.json", "final")
+CONTENT = ("steps.parquet", "spikes.parquet", "rollbacks.parquet", "heldout.parquet", "benchmarks.parquet",
+           "health.parquet", "health_alarms.parquet", "summary.json", "final")
 RUN_KEY = "run_key.json"
 
 
@@ -191,7 +192,7 @@ def run_metrics(summary: Mapping, replicas: list[Mapping] = ()) -> dict:
     from tokenmill.evaluate.signal import run_figures
 
     metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
-                                            "heldout_loss", "skipped_steps", "health_alarms") if k in summary}
+                                            "heldout_loss", "skipped_steps", "rollbacks", "health_alarms") if k in summary}
     runs = [run_figures(s) for s in (summary, *replicas)]
     stderr = summary.get("benchmarks_mean") or {}
     for figure, (value, sigma) in runs[0].items():
