@@ -48,14 +48,14 @@ def _meta(corpus: Path) -> dict:
     return json.loads((corpus / "tokenize" / "manifest.json").read_text())
 
 
-def random_run(run_dir: Path, corpus: Path, seed: int, **model) -> Transformer:
+def random_run(run_dir: Path, corpus: Path, seed: int, width_mult: float | None = None, **model) -> Transformer:
     """A run directory as tokenmill.train.loop leaves it (final/model.safetensors + final/config.json) for a
     randomly initialised model. init_std 0.3 makes attention far from uniform, and the norm weights are
     randomised too (init sets them to 1), so a wrong RoPE or q/k-norm layout changes the logits."""
     meta = _meta(corpus)
     cfg = parse_model({"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 96,
                        "init_std": 0.3, "rope_theta": 500.0, "norm_eps": 1e-6, **model})
-    net = Transformer(cfg, meta["vocab_size"], SEQ, meta["eos_id"])
+    net = Transformer(cfg, meta["vocab_size"], SEQ, meta["eos_id"], width_mult)
     net.init_weights(seed)
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -67,7 +67,8 @@ def random_run(run_dir: Path, corpus: Path, seed: int, **model) -> Transformer:
     sd = {k: v.contiguous() for k, v in net.state_dict().items() if not (cfg.tie_embeddings and k == "output.weight")}
     save_file(sd, str(final / "model.safetensors"))
     (final / "config.json").write_text(json.dumps({"model": cfg.model_dump(), "vocab_size": meta["vocab_size"],
-                                                   "eos_id": meta["eos_id"], "seq_len": SEQ}))
+                                                   "eos_id": meta["eos_id"], "seq_len": SEQ,
+                                                   "width_mult": width_mult}))
     return net.eval()
 
 
@@ -81,20 +82,24 @@ def hf_logits(export_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
         return model(tokens).logits
 
 
-@pytest.mark.parametrize("qk_norm,tie", [(False, False), (False, True), (True, False), (True, True)])
-def test_exported_logits_equal_tokenmills(corpus, tokens, tmp_path, qk_norm, tie):
-    net = random_run(tmp_path / "run", corpus, seed=11, qk_norm=qk_norm, tie_embeddings=tie)
+@pytest.mark.parametrize("qk_norm,tie,width_mult", [(False, False, None), (False, True, None), (True, False, None),
+                                                    (True, True, None), (False, False, 2.0), (True, True, 4.0)])
+def test_exported_logits_equal_tokenmills(corpus, tokens, tmp_path, qk_norm, tie, width_mult):
+    """Every layout, and μP's (width_mult: logits / width_mult and 1/head_dim attention, which transformers'
+    Llama and Qwen3 do not have, folded into the weights; a tied table is untied for it)."""
+    net = random_run(tmp_path / "run", corpus, seed=11, width_mult=width_mult, qk_norm=qk_norm, tie_embeddings=tie)
     summary = export_run(tmp_path / "run", corpus / "tokenizer" / "hf", tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["architectures"] == (["Qwen3ForCausalLM"] if qk_norm else ["LlamaForCausalLM"])
     assert summary["architecture"] == config["architectures"][0]
-    assert config["tie_word_embeddings"] is tie and config["rope_parameters"]["rope_theta"] == 500.0
+    tied = tie and width_mult is None
+    assert config["tie_word_embeddings"] is tied and config["rope_parameters"]["rope_theta"] == 500.0
     assert config["rms_norm_eps"] == 1e-6 and config["max_position_embeddings"] == SEQ
-    assert ("lm_head.weight" in load_file(str(tmp_path / "hf" / "model.safetensors"))) is not tie
+    assert ("lm_head.weight" in load_file(str(tmp_path / "hf" / "model.safetensors"))) is not tied
     with torch.no_grad():
         ours = net(tokens)
     theirs = hf_logits(tmp_path / "hf", tokens)
-    assert ours.std() > 1.0  # logits far from flat: a layout error would show
+    assert ours.std() > 1.0 / (width_mult or 1.0)  # logits far from flat: a layout error would show
     torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-4)
     assert not (tmp_path / ".tmp-hf").exists()
 

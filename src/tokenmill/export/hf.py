@@ -14,6 +14,11 @@ Where the weights come from: the run's final/model.safetensors (consolidated flo
 tokenmill.train.loop), or the DCP checkpoint of a chosen step, read into one process from however many
 FSDP/TP shards wrote it (DCP reassembles full tensors from its metadata; no process group is needed).
 
+μP (train.mup_base_width): the run's logits are divided by width_mult and its attention scores scaled by
+1/head_dim, neither of which transformers' Llama or Qwen3 does. Both are folded into the weights: lm_head is the
+output table / width_mult (a tied table is untied for it), and the queries are multiplied by head_dim^-1/2 (the
+q-norm weight, or wq without q-norm), so transformers' own 1/sqrt(head_dim) makes 1/head_dim.
+
 Not carried over: `document_mask` (positions restarting after each end-of-text inside one sequence).
 transformers attends causally over the whole input; on text without an end-of-text token inside it the
 two models compute the same thing (the export test checks logits on such text).
@@ -107,8 +112,10 @@ def run_meta(run_dir: Path, weights: Mapping[str, torch.Tensor], tokenizer_eos: 
     run_cfg = _read_json(cfg_file)
     if "tok_embeddings.weight" not in weights:
         raise ExportError(f"export: the checkpoint of {run_dir} has no tok_embeddings.weight")
+    base = run_cfg["train"].get("mup_base_width")
     return {"model": run_cfg["model"], "vocab_size": int(weights["tok_embeddings.weight"].shape[0]),
-            "eos_id": tokenizer_eos, "seq_len": run_cfg["train"]["seq_len"]}
+            "eos_id": tokenizer_eos, "seq_len": run_cfg["train"]["seq_len"],
+            "width_mult": None if base is None else run_cfg["model"]["d_model"] / base}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -141,11 +148,14 @@ def expected_keys(cfg: ModelConfig) -> set[str]:
     return keys
 
 
-def to_hf_state_dict(weights: Mapping[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """tokenmill names -> transformers Llama/Qwen3 names, q/k rows in rotate_half order, float32.
+def to_hf_state_dict(weights: Mapping[str, torch.Tensor], cfg: ModelConfig,
+                     width_mult: float | None = None) -> dict[str, torch.Tensor]:
+    """tokenmill names -> transformers Llama/Qwen3 names, q/k rows in rotate_half order, float32; μP's
+    multipliers folded in (width_mult: see the module's docstring).
 
     A tied run's output.weight (the embedding table under a second name, present in DCP checkpoints) is
-    left out: transformers ties lm_head to embed_tokens from config.tie_word_embeddings.
+    left out: transformers ties lm_head to embed_tokens from config.tie_word_embeddings (not under μP, where
+    lm_head is a scaled copy).
     """
     weights = dict(weights)
     if cfg.tie_embeddings:
@@ -157,19 +167,23 @@ def to_hf_state_dict(weights: Mapping[str, torch.Tensor], cfg: ModelConfig) -> d
                           f"unexpected {unknown[:5]}")
     hd = cfg.head_dim
     out = {"model.embed_tokens.weight": weights["tok_embeddings.weight"], "model.norm.weight": weights["norm.weight"]}
-    if not cfg.tie_embeddings:
+    if width_mult is not None:
+        out["lm_head.weight"] = weights["tok_embeddings.weight" if cfg.tie_embeddings else "output.weight"] / width_mult
+    elif not cfg.tie_embeddings:
         out["lm_head.weight"] = weights["output.weight"]
+    q_mult = hd ** -0.5 if width_mult is not None else 1.0  # μP's 1/head_dim over transformers' 1/sqrt(head_dim)
     perm = rope_permutation(hd)
     for i in range(cfg.n_layers):
         src, dst = f"layers.{i}.", f"model.layers.{i}."
         out[dst + "input_layernorm.weight"] = weights[src + "attention_norm.weight"]
         out[dst + "post_attention_layernorm.weight"] = weights[src + "ffn_norm.weight"]
-        out[dst + "self_attn.q_proj.weight"] = _permute_heads(weights[src + "attention.wq.weight"], hd)
+        out[dst + "self_attn.q_proj.weight"] = _permute_heads(weights[src + "attention.wq.weight"], hd) * (
+            1.0 if cfg.qk_norm else q_mult)
         out[dst + "self_attn.k_proj.weight"] = _permute_heads(weights[src + "attention.wk.weight"], hd)
         out[dst + "self_attn.v_proj.weight"] = weights[src + "attention.wv.weight"]
         out[dst + "self_attn.o_proj.weight"] = weights[src + "attention.wo.weight"]
         if cfg.qk_norm:
-            out[dst + "self_attn.q_norm.weight"] = weights[src + "attention.q_norm.weight"][perm]
+            out[dst + "self_attn.q_norm.weight"] = weights[src + "attention.q_norm.weight"][perm] * q_mult
             out[dst + "self_attn.k_norm.weight"] = weights[src + "attention.k_norm.weight"][perm]
         out[dst + "mlp.gate_proj.weight"] = weights[src + "feed_forward.w1.weight"]
         out[dst + "mlp.up_proj.weight"] = weights[src + "feed_forward.w3.weight"]
@@ -179,7 +193,7 @@ def to_hf_state_dict(weights: Mapping[str, torch.Tensor], cfg: ModelConfig) -> d
 
 
 def hf_config(cfg: ModelConfig, vocab_size: int, seq_len: int, eos_id: int, bos_id: int | None,
-              pad_id: int | None) -> dict:
+              pad_id: int | None, tied: bool | None = None) -> dict:
     """config.json for LlamaForCausalLM (no qk_norm) or Qwen3ForCausalLM (qk_norm).
 
     max_position_embeddings is the training sequence length: lm-eval takes it as the model's context and
@@ -191,7 +205,7 @@ def hf_config(cfg: ModelConfig, vocab_size: int, seq_len: int, eos_id: int, bos_
         "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
         "max_position_embeddings": seq_len, "initializer_range": cfg.init_std, "rms_norm_eps": cfg.norm_eps,
         "rope_parameters": {"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
-        "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": False, "attention_dropout": 0.0,
+        "tie_word_embeddings": cfg.tie_embeddings if tied is None else tied, "attention_bias": False, "attention_dropout": 0.0,
         "bos_token_id": bos_id, "eos_token_id": eos_id, "pad_token_id": pad_id, "use_cache": True,
         "dtype": "float32",
     }
@@ -258,8 +272,10 @@ def export_run(run_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Pa
     if tok_vocab > vocab:
         raise ExportError(f"export: the tokenizer has {tok_vocab} tokens, the model's vocabulary {vocab}")
 
-    hf_weights = to_hf_state_dict(weights, cfg)
-    config = hf_config(cfg, vocab, int(meta["seq_len"]), eos, ids["bos"], ids["pad"])
+    width_mult = meta.get("width_mult")
+    hf_weights = to_hf_state_dict(weights, cfg, width_mult)
+    tied = "lm_head.weight" not in hf_weights
+    config = hf_config(cfg, vocab, int(meta["seq_len"]), eos, ids["bos"], ids["pad"], tied)
 
     # Written in place: the stage's StageRun gives it a fresh temporary folder and swaps that in whole.
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -274,7 +290,7 @@ def export_run(run_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Pa
     summary = {
         "architecture": config["architectures"][0], "model_type": config["model_type"], "source": source,
         "step": step, "params": sum(t.numel() for t in hf_weights.values()), "vocab_size": vocab,
-        "eos_id": eos, "tie_embeddings": cfg.tie_embeddings, "qk_norm": cfg.qk_norm,
+        "eos_id": eos, "tie_embeddings": tied, "qk_norm": cfg.qk_norm, "width_mult": width_mult,
         "document_mask_dropped": cfg.document_mask, "model": cfg.model_dump(),
     }
     _write_json(out_dir / "export.json", summary)

@@ -198,6 +198,11 @@ class TrainConfig(_Strict):
     # "Compare").
     data_seed: int | None = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # μP (tokenmill.train.model.Transformer): the d_model at which this recipe's learning rate and init_std were
+    # tuned; every run of it (scouts and full run) then scales its initialisation, logits, attention and hidden
+    # learning rates by d_model / mup_base_width, so an LR found by the smallest scout holds for the full run.
+    # None: the standard parametrisation.
+    mup_base_width: int | None = Field(default=None, gt=0)
     clip_grad_norm: float = Field(default=1.0, gt=0)
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
@@ -212,6 +217,10 @@ class TrainConfig(_Strict):
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
+
+    def width_mult(self, model: ModelConfig) -> float | None:
+        """μP's width multiplier of a model under this recipe; None: the standard parametrisation."""
+        return None if self.mup_base_width is None else model.d_model / self.mup_base_width
 
 
 class RunConfig(_Strict):

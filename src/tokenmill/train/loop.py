@@ -146,16 +146,30 @@ def _world_mean(value: torch.Tensor) -> torch.Tensor:
 # The model and one step
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices of the linear layers only; norms and the embedding table are not decayed (a tied
-    output layer is the embedding table, so it is not decayed either)."""
-    decay, no_decay, seen = [], [], set()
+def param_groups(model: torch.nn.Module, weight_decay: float,
+                 width_mult: float | None = None) -> tuple[list[dict], list[float]]:
+    """(the optimizer's parameter groups, each group's learning-rate scale). Decay matrices of the linear
+    layers only; norms and the embedding table are not decayed (a tied output layer is the embedding table, so
+    it is not decayed either). A group's scale multiplies the step's learning rate: 1 / width_mult for the blocks' matrices under μP (Adam's update of a matrix whose
+    both sides grow with width), 1 for everything else (the embedding, the output layer and the norms have one
+    side of fixed size); 1 everywhere in the standard parametrisation. AdamW's decay is lr x weight_decay, so
+    it scales with the group's learning rate. The scales stay outside the groups: a checkpoint's groups
+    replace the optimizer's when it loads."""
+    hidden, output, no_decay, seen = [], [], [], set()
     for name, p in model.named_parameters():
         if id(p) in seen:
             continue
         seen.add(id(p))
-        (decay if p.ndim >= 2 and "tok_embeddings" not in name else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if p.ndim < 2 or "tok_embeddings" in name:
+            no_decay.append(p)
+        else:
+            (output if name.startswith("output.") else hidden).append(p)
+    scale = 1.0 / width_mult if width_mult is not None else 1.0
+    groups = [({"params": hidden, "weight_decay": weight_decay}, scale),
+              ({"params": output, "weight_decay": weight_decay}, 1.0),  # empty when tied
+              ({"params": no_decay, "weight_decay": 0.0}, 1.0)]
+    kept = [(g, s) for g, s in groups if g["params"]]
+    return [g for g, _ in kept], [s for _, s in kept]
 
 
 class Trainer:
@@ -173,7 +187,7 @@ class Trainer:
         # device and initialised there: no rank ever holds the whole model (at 0.86B that was 3.4 GB of host
         # memory and 10-20 s of CPU per rank; at 8B it would not fit).
         with torch.device("meta"):
-            model = Transformer(cfg.model, stream.vocab_size, t.seq_len, stream.eos_id)
+            model = Transformer(cfg.model, stream.vocab_size, t.seq_len, stream.eos_id, t.width_mult(cfg.model))
         parallelize(model, self.layout, t.parallel, device.type)
         model.to_empty(device=device)
         model.init_weights(t.seed, write=write_param)
@@ -184,8 +198,9 @@ class Trainer:
         self.loss_fn = torch.compile(lm_loss) if t.parallel.compile and self.layout.tp_mesh is None else lm_loss
         opt = t.optimizer
         fused = opt.fused if opt.fused is not None else device.type == "cuda"
-        self.optimizer = torch.optim.AdamW(param_groups(model, opt.weight_decay), lr=opt.lr, betas=opt.betas,
-                                           eps=opt.eps, fused=fused, foreach=None if fused else True)
+        groups, self.lr_scales = param_groups(model, opt.weight_decay, t.width_mult(cfg.model))
+        self.optimizer = torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps, fused=fused,
+                                           foreach=None if fused else True)
 
     def _loss_context(self):
         return loss_parallel() if self.layout.tp_mesh is not None else contextlib.nullcontext()
@@ -225,8 +240,8 @@ class Trainer:
         return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
     def clip_and_step(self, norm: torch.Tensor, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        for group, scale in zip(self.optimizer.param_groups, self.lr_scales):
+            group["lr"] = lr * scale
         params = [p for p in self.model.parameters() if p.grad is not None]
         torch.nn.utils.clip_grads_with_norm_(params, self.cfg.train.clip_grad_norm, norm, foreach=True)
         self.optimizer.step()
@@ -466,7 +481,7 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
     save_file(weights, str(tmp / "model.safetensors"))
     (tmp / "config.json").write_text(json.dumps({
         "model": cfg.model.model_dump(), "vocab_size": trainer.stream.vocab_size, "eos_id": trainer.stream.eos_id,
-        "seq_len": cfg.train.seq_len, "format": "tokenmill.train.model.Transformer state dict, float32"},
+        "seq_len": cfg.train.seq_len, "width_mult": cfg.train.width_mult(cfg.model), "format": "tokenmill.train.model.Transformer state dict, float32"},
         indent=2, sort_keys=True) + "\n")
     if final.exists():
         import shutil

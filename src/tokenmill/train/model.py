@@ -47,9 +47,10 @@ def document_layout(tokens: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, to
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, scale: float | None = None):
         super().__init__()
         self.head_dim = cfg.head_dim
+        self.scale = scale  # of q.k: None is SDPA's 1/sqrt(head_dim); μP's is 1/head_dim
         self.q_per_kv = cfg.n_heads // cfg.kv_heads
         self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.wk = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
@@ -71,9 +72,9 @@ class Attention(nn.Module):
         # enable_gqa lets the kernel share each kv head among its query heads without copying k and v.
         gqa = self.q_per_kv > 1
         if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=gqa)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
         return self.wo(out.transpose(1, 2).reshape(B, S, -1))
 
 
@@ -91,10 +92,10 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attention_scale: float | None = None):
         super().__init__()
         self.attention_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.attention = Attention(cfg)
+        self.attention = Attention(cfg, attention_scale)
         self.ffn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
 
@@ -104,16 +105,25 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """tokens (B, S) -> logits (B, S, vocab). eos_id is used only by document masking."""
+    """tokens (B, S) -> logits (B, S, vocab). eos_id is used only by document masking.
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int, max_seq_len: int, eos_id: int | None = None):
+    width_mult: μP (Maximal Update Parametrisation, Tensor Programs V), d_model over the width the recipe was
+    tuned at (train.mup_base_width); None: the standard parametrisation. Under μP the hidden matrices are drawn
+    with σ ∝ 1/sqrt(fan_in) (init_std at the base width), the logits are divided by width_mult, attention
+    scores are scaled by 1/head_dim, and the optimizer gives the hidden matrices the learning rate / width_mult
+    (loop.param_groups): the activations' scale after an update then does not grow with width, and the best
+    learning rate found at a small width holds at a large one (tests/test_train_core.py, RESULTS "μP")."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, max_seq_len: int, eos_id: int | None = None,
+                 width_mult: float | None = None):
         super().__init__()
         if cfg.document_mask and eos_id is None:
             raise ValueError("model.document_mask needs the tokenizer's eos_id")
-        self.cfg, self.vocab_size, self.eos_id = cfg, vocab_size, eos_id
+        self.cfg, self.vocab_size, self.eos_id, self.width_mult = cfg, vocab_size, eos_id, width_mult
         self.tok_embeddings = nn.Embedding(vocab_size, cfg.d_model)
         # A ModuleDict keyed "0".."n-1" keeps the state-dict names stable when parallel.py wraps blocks.
-        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
+        scale = None if width_mult is None else 1.0 / cfg.head_dim
+        self.layers = nn.ModuleDict({str(i): Block(cfg, scale) for i in range(cfg.n_layers)})
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.output = nn.Linear(cfg.d_model, vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -129,6 +139,8 @@ class Transformer(nn.Module):
 
         Normal(0, init_std) for every matrix, with the output projections of each block (wo, w2) scaled by
         1/sqrt(2 n_layers) (GPT-2), so the residual stream's variance does not grow with depth; norms at 1.
+        Under μP the blocks' matrices by 1/sqrt(width_mult) more (σ ∝ 1/sqrt(fan_in), the full pre-sharding
+        fan-in); the embedding and output tables keep init_std.
         Each parameter's whole value is drawn in turn and handed to `write`: the training stage builds the model
         on the meta device, shards it, materialises only this rank's shards and passes parallel.write_param,
         which keeps the shard's part of the draw. So the values do not depend on the layout, and no rank holds
@@ -137,7 +149,8 @@ class Transformer(nn.Module):
         write = write or (lambda param, full: param.copy_(full))
         g = torch.Generator(device="cpu").manual_seed(seed)
         std = self.cfg.init_std
-        deep = std / math.sqrt(2 * self.cfg.n_layers)
+        hidden = std / math.sqrt(self.width_mult) if self.width_mult is not None else std
+        deep = hidden / math.sqrt(2 * self.cfg.n_layers)
 
         def normal_(p: torch.Tensor, s: float) -> None:
             full = torch.randn(p.shape, generator=g, dtype=torch.float32).mul_(s)
@@ -146,7 +159,8 @@ class Transformer(nn.Module):
         normal_(self.tok_embeddings.weight, std)
         for block in self.layers.values():
             a, f = block.attention, block.feed_forward
-            for lin, s in ((a.wq, std), (a.wk, std), (a.wv, std), (a.wo, deep), (f.w1, std), (f.w3, std), (f.w2, deep)):
+            for lin, s in ((a.wq, hidden), (a.wk, hidden), (a.wv, hidden), (a.wo, deep), (f.w1, hidden),
+                           (f.w3, hidden), (f.w2, deep)):
                 normal_(lin.weight, s)
         if not self.cfg.tie_embeddings:
             normal_(self.output.weight, std)
@@ -174,7 +188,10 @@ class Transformer(nn.Module):
             h = block(h, cos, sin, mask)
         if select is not None:
             h = h.gather(1, select.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
-        return self.output(self.norm(h))
+        h = self.norm(h)
+        if self.width_mult is not None:
+            h = h / self.width_mult  # μP's logits / width_mult, on the d_model side: the output layer is linear
+        return self.output(h)
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
