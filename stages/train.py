@@ -11,24 +11,25 @@ import sys
 
 from tokenmill.runtime import load_params, script
 from tokenmill.train.config import TrainConfigError
-from tokenmill.train.stage import LaunchError, run_train_stage, scout_run_config, seed_replicas
+from tokenmill.train.stage import LaunchError, lr_sweep, run_train_stage, scout_run_config, seed_replicas
 
 
 def main(run: str, plan_stage: str, token_stage: str, evalset_stage: str | None = None) -> int:
     try:
         if run == "pretrain":
             stage, p = "pretrain", load_params("model", "train")
-            cfg, replicas = {"model": p["model"], "train": p["train"]}, []
+            cfg, replicas, sweep = {"model": p["model"], "train": p["train"]}, [], []
         else:
             name = run.removeprefix("scout/")
             stage, p = f"scout@{name}", load_params(f"scouts.{name}", "train")
             cfg = scout_run_config(p["scouts"][name], p["train"])
             replicas = seed_replicas(p["scouts"][name], cfg)  # scouts.<name>.seeds - 1 more runs
+            sweep = lr_sweep(p["scouts"][name], cfg)  # one more run per scouts.<name>.lrs
         slug = stage.replace("@", "/")
         s = run_train_stage(stage, cfg, "data", plan_stage, token_stage, out_dir=f"data/train/{slug}",
                             live_dir=f"dvclive/{slug}", metrics_path=f"metrics/train/{slug}.json",
                             metrics_group=None if run == "pretrain" else "scout", evalset_stage=evalset_stage,
-                            replicas=replicas)
+                            replicas=replicas, sweep=sweep)
     except (TrainConfigError, LaunchError) as exc:
         print(exc, file=sys.stderr)
         return 2

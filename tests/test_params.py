@@ -70,6 +70,7 @@ BAD = [  # (dotted key, value, the whole line)
     ("filter.gopher_quality.min_words", 10 ** 6,
      "filter.gopher_quality.min_words: expected at most max_words (100000), got 1000000"),
     ("scouts.s1.seeds", 0, "scouts.s1.seeds: expected a positive integer, got 0"),
+    ("scouts.s1.lrs", [3.0e-3, 0.0], "scouts.s1.lrs[1]: expected a positive number, got 0.0"),
     ("forecast.interval", 2, "forecast.interval: expected a number in (0, 1), got 2"),
     # enumerations
     ("tokenizer.model_type", "bpee", "tokenizer.model_type: expected bpe or unigram, got 'bpee'"),

@@ -278,6 +278,43 @@ def test_document_mask_isolates_documents():
     assert not torch.allclose(plain(a)[:, -12:], plain(b)[:, -12:], atol=1e-3)  # without it they mix
 
 
+def test_a_packed_batch_under_document_masking_trains_as_its_documents_would_alone():
+    """FlexAttention's document-causal block mask: the loss of three documents packed into one sequence, and its
+    gradients, equal what the model computes on each document by itself (the end-of-text token belongs to
+    the document it ends; the first token of the next document is predicted from that token, as in training)."""
+    from tokenmill.train.model import Transformer, lm_loss
+
+    cfg = parse_model({**HAND_MODEL, "document_mask": True, "init_std": 0.2})
+    model = Transformer(cfg, 100, 64, eos_id=2)
+    model.init_weights(0)
+    g = torch.Generator().manual_seed(0)
+    docs = [torch.cat([torch.randint(3, 100, (n,), generator=g), torch.tensor([2])]) for n in (9, 20, 14)]
+    packed = torch.cat(docs)[None]  # 46 tokens, three end-of-texts
+    loss, _ = lm_loss(model(packed[:, :-1]), packed[:, 1:])
+    loss.backward()
+    packed_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    # Alone: each document's own positions, its tokens predicted from its own prefix only; the token after its
+    # end-of-text (the next document's first) is predicted from the end-of-text alone, a one-token document.
+    total, count = 0.0, 0
+    for i, d in enumerate(docs):
+        inputs, targets = d[None, :-1], d[None, 1:]
+        if i + 1 < len(docs):
+            inputs, targets = d[None], torch.cat([d[1:], docs[i + 1][:1]])[None]
+        ce, _ = lm_loss(model(inputs), targets)
+        total, count = total + ce * targets.numel(), count + targets.numel()
+    (total / count).backward()
+    assert count == packed.shape[1] - 1
+    torch.testing.assert_close(total / count, loss.detach(), rtol=1e-5, atol=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, packed_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    # FlexAttention's block mask (what a GPU runs; no backward on CPU) gives the dense mask's logits.
+    with torch.no_grad():
+        dense = model(packed)
+        model.flex = True
+        torch.testing.assert_close(model(packed), dense, rtol=1e-5, atol=1e-5)
+
+
 def test_rope_tables_reach_the_blocks_in_float32_under_bf16_parameters():
     """FSDP's mixed precision casts a module's floating inputs to param_dtype; the blocks opt out, so the RoPE
     tables stay float32 under bf16 parameters (the GPU presets) as on CPU, while the hidden state is bf16."""
@@ -815,3 +852,42 @@ def test_a_scout_built_twice_elsewhere_has_the_same_dvc_hash(corpus, tmp_path):
     (first, first_files), (second, second_files) = outputs
     assert second_files == first_files
     assert second == first
+
+
+def test_a_scout_sweeps_the_learning_rate_and_names_the_best_for_the_full_run(corpus, tmp_path):
+    """scouts.<rung>.lrs: the scout stage (stages/train.py, as dvc runs it) trains its rung once more per learning
+    rate, each a run of its own (run record, outside the seed replicas the forecast reads), and its metrics list
+    every point of the sweep and the best; a learning rate 300x too small loses to the recipe's."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tokenmill.forecast import read_summaries
+
+    cfg = tiny_run(max_steps=24)
+    params = {"train": cfg["train"], "scouts": {"s1": {"model": cfg["model"], "token_budget": 400_000,
+                                                       "lrs": [1.0e-5, 3.0e-2]}}}
+    project = tmp_path / "proj"
+    for stage in ("mixture", "tokenize"):
+        shutil.copytree(corpus / stage, project / "data" / stage)
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "stages" / "train.py"),
+                           "scout/s1", "mixture", "tokenize"], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((project / "metrics" / "train" / "scout" / "s1.json").read_text())["scout"]
+    out = project / "data" / "train" / "scout" / "s1"
+    runs = {3.0e-3: out, 1.0e-5: out / "lr_sweep" / "lr1", 3.0e-2: out / "lr_sweep" / "lr2"}
+    assert [p["lr"] for p in metrics["lr_sweep"]] == sorted(runs)
+    for point in metrics["lr_sweep"]:
+        held = json.loads((runs[point["lr"]] / "summary.json").read_text())["heldout_loss"]
+        assert point["heldout_mean"] == pytest.approx(sum(held.values()) / len(held), abs=1e-4)
+    assert json.loads((out / "lr_sweep" / "lr1" / "run_config.json").read_text())["train"]["optimizer"]["lr"] == 1.0e-5
+    tiny = metrics["lr_sweep"][0]["heldout_mean"]
+    assert metrics["best_lr"] != 1.0e-5 and tiny > min(p["heldout_mean"] for p in metrics["lr_sweep"]) + 0.3
+    assert f"train.optimizer.lr={metrics['best_lr']:g}" in proc.stdout
+    assert {p.name for p in (project / "runs").glob("scout@s1#lr*.json")} == {"scout@s1#lr1.json", "scout@s1#lr2.json"}
+    assert read_summaries({"s1": out})[0]["replicas"] == []  # the forecast sees the rung's own run only

@@ -543,12 +543,14 @@ class Execution(_Section):
 
 class Scout(_Section):
     """A rung of the scout ladder: its model, its token budget (null: train.tokens_per_param x parameters),
-    its seed replicas and its micro-batch (the training schemas check the model and the rung's run)."""
+    its seed replicas, its micro-batch and its learning-rate sweep (the training schemas check the model and the
+    rung's run)."""
 
     model: dict
     token_budget: Positive | None
     seeds: Positive = 1
     micro_batch: Positive | None = None
+    lrs: list[Annotated[float, Field(gt=0)]] = []  # one more run per peak learning rate (tokenmill.train.stage.lr_sweep)
 
 
 SECTIONS: dict[str, type[_Section]] = {

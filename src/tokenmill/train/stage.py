@@ -110,11 +110,11 @@ def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
     token_budget null trains it, like the full run, on train.tokens_per_param x its own parameters.
     micro_batch replaces the full run's: a small model is overhead-bound and wants larger micro-batches
     (measured on one H100: RESULTS.md, "Training on one H100: findings")."""
-    keys = {"model", "token_budget", "seeds", "micro_batch"}
+    keys = {"model", "token_budget", "seeds", "micro_batch", "lrs"}
     if not isinstance(scout, Mapping) or not {"model", "token_budget"} <= set(scout) <= keys:
         got = sorted(scout) if isinstance(scout, Mapping) else type(scout).__name__
-        raise TrainConfigError(f"a scout needs the keys model and token_budget (and optionally seeds, micro_batch), "
-                               f"got {got}")
+        raise TrainConfigError(f"a scout needs the keys model and token_budget (and optionally seeds, micro_batch, "
+                               f"lrs), got {got}")
     budget = scout["token_budget"]
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)):
         raise TrainConfigError(f"scouts.*.token_budget: expected an integer or null, got {budget!r}")
@@ -125,6 +125,20 @@ def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
             raise TrainConfigError(f"scouts.*.micro_batch: expected a positive integer or null, got {micro!r}")
         train["micro_batch"] = micro
     return {"model": dict(scout["model"]), "train": train}
+
+
+def lr_sweep(scout: Mapping, run_cfg: Mapping) -> list[dict]:
+    """The rung's learning-rate sweep (scouts.<rung>.lrs): one more run per peak learning rate listed, the rung's
+    model and recipe otherwise; the rung's own run (train.optimizer.lr) is the sweep's first point. Under μP
+    (train.mup_base_width) the best of them holds for the wider rungs and the full run (RESULTS.md, "μP"):
+    the stage prints it and the metrics carry it as best_lr, for `dvc exp run -S train.optimizer.lr=<best_lr>`."""
+    lrs = scout.get("lrs", [])
+    if not isinstance(lrs, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+                                            for x in lrs):
+        raise TrainConfigError(f"scouts.*.lrs: expected a list of positive learning rates, got {lrs!r}")
+    train = run_cfg["train"]
+    return [{"model": run_cfg["model"], "train": {**train, "optimizer": {**train.get("optimizer", {}), "lr": float(lr)}}}
+            for lr in lrs]
 
 
 def seed_replicas(scout: Mapping, run_cfg: Mapping) -> list[dict]:
@@ -184,11 +198,12 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 6)
 
 
-def run_metrics(summary: Mapping, replicas: list[Mapping] = ()) -> dict:
+def run_metrics(summary: Mapping, replicas: list[Mapping] = (), sweep: list[tuple[float, Mapping]] = ()) -> dict:
     """What `dvc exp show` compares of a run: its size and final losses; the mean over buckets of the final
     held-out loss (heldout_mean) and the in-loop benchmark means, each beside its standard error, its σ over
     the noise window (loop.py) and, with seed replicas, its spread over the seeds (*_seed_sigma). The
-    (value, σ) of each figure are tokenmill.evaluate.signal.run_figures', the ladder's too."""
+    (value, σ) of each figure are tokenmill.evaluate.signal.run_figures', the ladder's too. With a learning-rate
+    sweep ((peak lr, summary) of each run, the rung's own first): each one's heldout_mean and the best_lr."""
     from tokenmill.evaluate.signal import run_figures
 
     metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
@@ -209,25 +224,31 @@ def run_metrics(summary: Mapping, replicas: list[Mapping] = ()) -> dict:
             metrics[f"{key}_seed_sigma"] = _round((sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5)
     if replicas:
         metrics["seeds"] = 1 + len(replicas)
+    if sweep:
+        points = sorted((lr, run_figures(s)["heldout_mean"][0]) for lr, s in sweep)
+        metrics["lr_sweep"] = [{"lr": lr, "heldout_mean": round(v, 4)} for lr, v in points]
+        metrics["best_lr"] = min(points, key=lambda p: p[1])[0]
     return metrics
 
 
 def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_stage: str, token_stage: str,
                     out_dir: str | Path, live_dir: str | Path | None, metrics_path: str | Path | None,
                     runs_dir: str | Path = "runs", metrics_group: str | None = None,
-                    evalset_stage: str | None = None, replicas: list[Mapping] = ()) -> dict:
+                    evalset_stage: str | None = None, replicas: list[Mapping] = (), sweep: list[Mapping] = ()) -> dict:
     """Train (or resume) one run; returns its summary. Errors in the configuration stop it before launch.
     evalset_stage: the stage whose requests.parquet the run scores at every evaluation (in-loop benchmarks).
     replicas: seed replicas of a scout rung (seed_replicas), trained after it into out_dir/replicas/seed<k>,
     each with its own manifest and run record (stage "<stage>#seed<k>"); the metrics then carry the seed
-    spread. live_dir and metrics_path None: no DVCLive, no metrics file (a replica).
+    spread. sweep: a rung's learning-rate sweep (lr_sweep), its runs trained after the replicas into
+    out_dir/lr_sweep/lr<k> (stage "<stage>#lr<k>"); the metrics then carry each one's held-out loss and the
+    best_lr. live_dir and metrics_path None: no DVCLive, no metrics file (a replica).
 
     metrics_group nests the metrics (scouts: "scout"), so `dvc exp show` keeps the full run's top-level
     names (heldout_mean) to itself."""
     started = time.perf_counter()
     train = parse_run(run_cfg).train  # one line naming the key, before any process starts ...
     mesh_shape(train, train.launch.nnodes * train.launch.nproc_per_node)  # ... or the layout that misfits the launch
-    for replica in replicas:
+    for replica in (*replicas, *sweep):
         parse_run(replica)
     data_root, out_dir = Path(data_root), Path(out_dir)
     clean_leftovers(stage, out_dir)  # killed runs' temporaries anywhere in the workspace, as every stage
@@ -280,9 +301,24 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     replica_summaries = [run_train_stage(f"{stage}#seed{k}", replica, data_root, plan_stage, token_stage,
                                          replica_root / f"seed{k}", None, None, runs_dir, None, evalset_stage)
                          for k, replica in enumerate(replicas, 1)]
+    # Outside replicas/: the forecast reads every replica there as a seed of the rung.
+    sweep_root = out_dir / "lr_sweep"
+    if sweep_root.is_dir() and not sweep:
+        shutil.rmtree(sweep_root)
+    swept = [(c["train"]["optimizer"]["lr"], run_train_stage(f"{stage}#lr{k}", c, data_root, plan_stage, token_stage,
+                                                             sweep_root / f"lr{k}", None, None, runs_dir, None,
+                                                             evalset_stage))
+             for k, c in enumerate(sweep, 1)]
+    if swept:
+        swept.insert(0, (train.optimizer.lr, summary))
     if metrics_path is not None:
-        metrics = run_metrics(summary, replica_summaries)
+        metrics = run_metrics(summary, replica_summaries, swept)
         write_json(metrics_path, {metrics_group: metrics} if metrics_group else metrics)
+        if swept:
+            points = ", ".join(f"{p['lr']:g}: {p['heldout_mean']:.4f}" for p in metrics["lr_sweep"])
+            print(f"{stage}: learning-rate sweep, held-out loss per peak lr: {points}; best {metrics['best_lr']:g} "
+                  f"(`dvc exp run -S train.optimizer.lr={metrics['best_lr']:g}` hands it to the ladder and the "
+                  f"full run)")
 
     live_metrics = live_dir / "metrics.json" if live_dir is not None else None
     perf = json.loads(live_metrics.read_text()).get("perf", {}) if live_metrics and live_metrics.exists() else {}
