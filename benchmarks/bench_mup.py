@@ -7,7 +7,9 @@ vocabulary) and the training loop itself (tokenmill.train.loop.train): models of
 16 per step, WSD with 10% warm-up) at every learning rate of a grid doubling from 5e-4 to 3.2e-2, once in
 the standard parametrisation and once under μP with base width 64 (at width 64 the two differ only in the
 attention's scale). The figure is the final held-out loss (mean over the two buckets, 32 sequences each). The
-same data, steps and seeds on both sides; one process, one thread.
+same data, steps and seeds on both sides; one process, one thread. A third row per width is μP with attention
+scores scaled by 1/head_dim, μP's rule for heads that grow wider (what tokenmill.train.model chose against: the
+benchmark substitutes the scale into SDPA for those runs).
 
     .venv/bin/python benchmarks/bench_mup.py [--steps 200] [--write]
 """
@@ -46,6 +48,27 @@ def run_config(width: int, lr: float, mup: bool, steps: int) -> dict:
     return {"model": model, "train": train}
 
 
+def _attention_over_head_dim(on: bool) -> None:
+    """SDPA in tokenmill.train.model with scale 1/head_dim (on) or its own 1/sqrt(head_dim) (off)."""
+    import torch.nn.functional as F
+
+    import tokenmill.train.model as model
+
+    if not on:
+        model.F = F
+        return
+
+    class _F:
+        def __getattr__(self, name):
+            return getattr(F, name)
+
+        @staticmethod
+        def scaled_dot_product_attention(q, k, v, **kw):
+            return F.scaled_dot_product_attention(q, k, v, scale=1.0 / q.shape[-1], **kw)
+
+    model.F = _F()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200)
@@ -62,15 +85,18 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         corpus = build_corpus(Path(tmp) / "corpus")
-        for mup in (False, True):
+        for name, mup, over_head_dim in (("standard", False, False), ("μP", True, False),
+                                         ("μP, attention / head_dim", True, True)):
+            _attention_over_head_dim(over_head_dim)
             for width in WIDTHS:
                 for lr in LRS:
-                    out = Path(tmp) / f"{mup}-{width}-{lr}"
+                    out = Path(tmp) / f"{name}-{width}-{lr}"
                     summary = train(run_config(width, lr, mup, args.steps), corpus, out, None)
                     held = list(summary["heldout_loss"].values())
                     value = sum(held) / len(held) if held and all(map(math.isfinite, held)) else math.inf
-                    losses[("μP" if mup else "standard", width, lr)] = value
-                    print(f"{'mup' if mup else 'sp '} width {width} lr {lr:.4g}: held-out {value:.4f}", flush=True)
+                    losses[(name, width, lr)] = value
+                    print(f"{name} width {width} lr {lr:.4g}: held-out {value:.4f}", flush=True)
+        _attention_over_head_dim(False)
     minutes = (time.perf_counter() - started) / 60
 
     lines = ["## μP: the best learning rate across widths", "",
@@ -84,22 +110,28 @@ def main() -> None:
              "| parametrisation | width | " + " | ".join(f"lr {lr:.4g}" for lr in LRS) + " | best lr |",
              "| --- | ---: | " + " | ".join("---:" for _ in LRS) + " | ---: |"]
     best = {}
-    for p in ("standard", "μP"):
+    for p in ("standard", "μP", "μP, attention / head_dim"):
         for width in WIDTHS:
             row = [losses[(p, width, lr)] for lr in LRS]
             i = min(range(len(LRS)), key=row.__getitem__)
             best[(p, width)] = LRS[i]
             cells = [("**%.4f**" if j == i else "%.4f") % v if math.isfinite(v) else "diverged" for j, v in enumerate(row)]
             lines.append(f"| {p} | {width} | " + " | ".join(cells) + f" | {LRS[i]:.4g} |")
-    shift = {p: best[(p, WIDTHS[-1])] / best[(p, WIDTHS[0])] for p in ("standard", "μP")}
+    names = ("standard", "μP", "μP, attention / head_dim")
+    shift = {p: best[(p, WIDTHS[-1])] / best[(p, WIDTHS[0])] for p in names}
     cost = {p: losses[(p, WIDTHS[-1], best[(p, WIDTHS[0])])] - losses[(p, WIDTHS[-1], best[(p, WIDTHS[-1])])]
-            for p in ("standard", "μP")}
+            for p in names}
+    top = {p: losses[(p, WIDTHS[-1], best[(p, WIDTHS[-1])])] for p in names}
     lines += ["",
               f"From width {WIDTHS[0]} to {WIDTHS[-1]} the best learning rate moved by a factor of "
               f"{shift['standard']:g} in the standard parametrisation and {shift['μP']:g} under μP. Taking width "
               f"{WIDTHS[0]}'s best learning rate to width {WIDTHS[-1]} costs {cost['standard']:.4f} nats there in "
-              f"the standard parametrisation and {cost['μP']:.4f} under μP. The grid's step is a factor of 2, so "
-              "a shift of one step is within what the grid can resolve; short runs on a small corpus, one seed."]
+              f"the standard parametrisation and {cost['μP']:.4f} under μP. At width {WIDTHS[-1]} the best runs "
+              f"reach {top['standard']:.4f} (standard), {top['μP']:.4f} (μP) and {top['μP, attention / head_dim']:.4f} "
+              "(μP with attention / head_dim, whose best learning rate moved by a factor of "
+              f"{shift['μP, attention / head_dim']:g}): at a fixed head size 1/head_dim only makes attention softer. "
+              "The grid's step is a factor of 2, so a shift of one step is within what the grid can resolve; short "
+              "runs on a small corpus, one seed."]
     text = "\n".join(lines)
     print(text)
     if args.write:

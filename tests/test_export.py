@@ -85,8 +85,8 @@ def hf_logits(export_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("qk_norm,tie,width_mult", [(False, False, None), (False, True, None), (True, False, None),
                                                     (True, True, None), (False, False, 2.0), (True, True, 4.0)])
 def test_exported_logits_equal_tokenmills(corpus, tokens, tmp_path, qk_norm, tie, width_mult):
-    """Every layout, and μP's (width_mult: logits / width_mult and 1/head_dim attention, which transformers'
-    Llama and Qwen3 do not have, folded into the weights; a tied table is untied for it)."""
+    """Every layout, and μP's (width_mult: logits / width_mult, which transformers' Llama and Qwen3 do not
+    have, folded into the weights; a tied table is untied for it)."""
     net = random_run(tmp_path / "run", corpus, seed=11, width_mult=width_mult, qk_norm=qk_norm, tie_embeddings=tie)
     summary = export_run(tmp_path / "run", corpus / "tokenizer" / "hf", tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())

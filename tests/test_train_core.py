@@ -422,7 +422,7 @@ def test_loader_batches_follow_the_stream_contract(corpus):
     assert stream.total_tokens == len(flat)
     L, B = 32, 8
     full = BatchLoader(stream, L, B)
-    ranks = [BatchLoader(stream, L, B, dp_rank=r, dp_size=4) for r in range(4)]
+    ranks = [BatchLoader(stream, L, B, dp_rank=r, dp_size=4, record=r == 0) for r in range(4)]
     for step in (0, 1, 37, full.steps_available - 1):
         want = flat[step * L * B:(step + 1) * L * B + 1]
         batch = full.batch(step)
@@ -431,13 +431,15 @@ def test_loader_batches_follow_the_stream_contract(corpus):
         np.testing.assert_array_equal(batch.targets[:, -1], want[L::L])
         expected_hash = hashlib.blake2b(want[:-1].astype("<u4").tobytes(), digest_size=16).hexdigest()
         assert batch.tokens_hash == tokens_hash(want[:-1]) == expected_hash
-        # Rank r of 4 holds sequences 2r, 2r + 1 of the step, and every rank records the step's hash.
+        # Rank r of 4 holds sequences 2r, 2r + 1 of the step (the others read only those); the recording rank
+        # hashes the whole step.
         parts = [r.batch(step) for r in ranks]
         np.testing.assert_array_equal(np.concatenate([p.inputs for p in parts]), batch.inputs)
         np.testing.assert_array_equal(np.concatenate([p.targets for p in parts]), batch.targets)
-        assert {p.tokens_hash for p in parts} == {batch.tokens_hash}
-    with pytest.raises(ValueError, match="past the plan"):
-        full.batch(full.steps_available)
+        assert [p.tokens_hash for p in parts] == [batch.tokens_hash, None, None, None]
+    for loader in (full, ranks[3]):
+        with pytest.raises(ValueError, match="past the plan"):
+            loader.batch(full.steps_available)
 
 
 
@@ -857,7 +859,7 @@ def test_a_scout_built_twice_elsewhere_has_the_same_dvc_hash(corpus, tmp_path):
 def test_a_scout_sweeps_the_learning_rate_and_names_the_best_for_the_full_run(corpus, tmp_path):
     """scouts.<rung>.lrs: the scout stage (stages/train.py, as dvc runs it) trains its rung once more per learning
     rate, each a run of its own (run record, outside the seed replicas the forecast reads), and its metrics list
-    every point of the sweep and the best; a learning rate 300x too small loses to the recipe's."""
+    every point of the sweep and the best: a learning rate 300x too small loses to the recipe's."""
     import shutil
     import subprocess
     import sys
@@ -868,7 +870,7 @@ def test_a_scout_sweeps_the_learning_rate_and_names_the_best_for_the_full_run(co
 
     cfg = tiny_run(max_steps=24)
     params = {"train": cfg["train"], "scouts": {"s1": {"model": cfg["model"], "token_budget": 400_000,
-                                                       "lrs": [1.0e-5, 3.0e-2]}}}
+                                                       "lrs": [1.0e-5]}}}
     project = tmp_path / "proj"
     for stage in ("mixture", "tokenize"):
         shutil.copytree(corpus / stage, project / "data" / stage)
@@ -880,14 +882,14 @@ def test_a_scout_sweeps_the_learning_rate_and_names_the_best_for_the_full_run(co
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((project / "metrics" / "train" / "scout" / "s1.json").read_text())["scout"]
     out = project / "data" / "train" / "scout" / "s1"
-    runs = {3.0e-3: out, 1.0e-5: out / "lr_sweep" / "lr1", 3.0e-2: out / "lr_sweep" / "lr2"}
+    runs = {3.0e-3: out, 1.0e-5: out / "lr_sweep" / "lr1"}
     assert [p["lr"] for p in metrics["lr_sweep"]] == sorted(runs)
     for point in metrics["lr_sweep"]:
         held = json.loads((runs[point["lr"]] / "summary.json").read_text())["heldout_loss"]
         assert point["heldout_mean"] == pytest.approx(sum(held.values()) / len(held), abs=1e-4)
     assert json.loads((out / "lr_sweep" / "lr1" / "run_config.json").read_text())["train"]["optimizer"]["lr"] == 1.0e-5
-    tiny = metrics["lr_sweep"][0]["heldout_mean"]
-    assert metrics["best_lr"] != 1.0e-5 and tiny > min(p["heldout_mean"] for p in metrics["lr_sweep"]) + 0.3
-    assert f"train.optimizer.lr={metrics['best_lr']:g}" in proc.stdout
-    assert {p.name for p in (project / "runs").glob("scout@s1#lr*.json")} == {"scout@s1#lr1.json", "scout@s1#lr2.json"}
+    tiny, recipe = (p["heldout_mean"] for p in metrics["lr_sweep"])
+    assert metrics["best_lr"] == 3.0e-3 and tiny > recipe + 0.3
+    assert "train.optimizer.lr=0.003" in proc.stdout
+    assert [p.name for p in (project / "runs").glob("scout@s1#lr*.json")] == ["scout@s1#lr1.json"]
     assert read_summaries({"s1": out})[0]["replicas"] == []  # the forecast sees the rung's own run only

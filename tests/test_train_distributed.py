@@ -332,3 +332,26 @@ def test_distributed_compiled_blocks_under_tp_give_eager_gradients(runs, corpus)
     for name, g in ref["grads"].items():
         torch.testing.assert_close(got["grads"][name], g, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
     assert ref["grads"]["tok_embeddings.weight"].abs().max() > 1e-3
+
+
+def test_z_loss_on_vocabulary_sharded_logits_never_gathers_them(tmp_path):
+    """Under tensor parallelism the logits stay split over the vocabulary (loss_parallel). The z-loss's
+    normaliser from a max and a sum (lm_loss(vocab_sharded=True), what the Trainer passes under TP) costs
+    all-reduces of one value per token and no all-gather; torch.logsumexp on the same logits all-gathers
+    them whole. The loss and the gradient are the same either way, and equal one process's."""
+    from tokenmill.train.model import lm_loss
+
+    out = tmp_path / "comms.json"
+    torchrun(2, [HELPERS, "zloss_comms", str(out)])
+    got = json.loads(out.read_text())
+    sharded, gathered = got["True"], got["False"]
+    assert not any("all_gather" in op for op in sharded["comms"]) and any("all_reduce" in op for op in sharded["comms"])
+    assert any("all_gather" in op for op in gathered["comms"])  # what the test would see without it
+    g = torch.Generator().manual_seed(0)
+    logits, targets = torch.randn(2, 8, 64, generator=g), torch.randint(0, 64, (2, 8), generator=g)
+    x = logits.clone().requires_grad_()
+    loss, _ = lm_loss(x, targets, z_loss=0.1)
+    loss.backward()
+    for run in (sharded, gathered):
+        assert run["loss"] == pytest.approx(float(loss), rel=1e-6)
+        torch.testing.assert_close(torch.tensor(run["grad"]), x.grad, rtol=1e-5, atol=1e-7)

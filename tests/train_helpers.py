@@ -175,8 +175,40 @@ def probe_main(config_path: str, corpus: str, out_dir: str, grads_path: str) -> 
         dist.destroy_process_group()
 
 
+def zloss_comms_main(out_path: str) -> None:
+    """Under torchrun with 2 ranks: lm_loss with z-loss on logits sharded over the vocabulary (as tensor
+    parallelism leaves them, under loss_parallel), forward and backward, once with vocab_sharded and once
+    without; rank 0 writes each one's collectives (CommDebugMode), loss and input gradient to out_path."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    from tokenmill.train.model import lm_loss
+
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    g = torch.Generator().manual_seed(0)
+    logits, targets = torch.randn(2, 8, 64, generator=g), torch.randint(0, 64, (2, 8), generator=g)
+    out = {}
+    for sharded in (True, False):
+        x = distribute_tensor(logits, mesh, [Shard(2)]).requires_grad_()
+        with CommDebugMode() as comm, loss_parallel():
+            loss, _ = lm_loss(x, targets, z_loss=0.1, vocab_sharded=sharded)
+            loss.backward()
+        out[str(sharded)] = {"comms": {str(k): v for k, v in comm.get_comm_counts().items()},
+                             "loss": float(loss.full_tensor()), "grad": x.grad.full_tensor().tolist()}
+    if dist.get_rank() == 0:
+        Path(out_path).write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "probe":
         probe_main(*sys.argv[2:6])
+    elif sys.argv[1] == "zloss_comms":
+        zloss_comms_main(sys.argv[2])
     else:
         raise SystemExit(f"unknown command {sys.argv[1]!r}")

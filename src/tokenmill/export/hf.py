@@ -14,10 +14,9 @@ Where the weights come from: the run's final/model.safetensors (consolidated flo
 tokenmill.train.loop), or the DCP checkpoint of a chosen step, read into one process from however many
 FSDP/TP shards wrote it (DCP reassembles full tensors from its metadata; no process group is needed).
 
-μP (train.mup_base_width): the run's logits are divided by width_mult and its attention scores scaled by
-1/head_dim, neither of which transformers' Llama or Qwen3 does. Both are folded into the weights: lm_head is the
-output table / width_mult (a tied table is untied for it), and the queries are multiplied by head_dim^-1/2 (the
-q-norm weight, or wq without q-norm), so transformers' own 1/sqrt(head_dim) makes 1/head_dim.
+μP (train.mup_base_width): the run's logits are divided by width_mult, which transformers' Llama and Qwen3 do
+not do; the export folds it into the weights: lm_head is the output table / width_mult (a tied table is untied
+for it).
 
 Not carried over: `document_mask` (positions restarting after each end-of-text inside one sequence).
 transformers attends causally over the whole input; on text without an end-of-text token inside it the
@@ -150,8 +149,8 @@ def expected_keys(cfg: ModelConfig) -> set[str]:
 
 def to_hf_state_dict(weights: Mapping[str, torch.Tensor], cfg: ModelConfig,
                      width_mult: float | None = None) -> dict[str, torch.Tensor]:
-    """tokenmill names -> transformers Llama/Qwen3 names, q/k rows in rotate_half order, float32; μP's
-    multipliers folded in (width_mult: see the module's docstring).
+    """tokenmill names -> transformers Llama/Qwen3 names, q/k rows in rotate_half order, float32; μP's output
+    multiplier folded in (width_mult: see the module's docstring).
 
     A tied run's output.weight (the embedding table under a second name, present in DCP checkpoints) is
     left out: transformers ties lm_head to embed_tokens from config.tie_word_embeddings (not under μP, where
@@ -171,19 +170,17 @@ def to_hf_state_dict(weights: Mapping[str, torch.Tensor], cfg: ModelConfig,
         out["lm_head.weight"] = weights["tok_embeddings.weight" if cfg.tie_embeddings else "output.weight"] / width_mult
     elif not cfg.tie_embeddings:
         out["lm_head.weight"] = weights["output.weight"]
-    q_mult = hd ** -0.5 if width_mult is not None else 1.0  # μP's 1/head_dim over transformers' 1/sqrt(head_dim)
     perm = rope_permutation(hd)
     for i in range(cfg.n_layers):
         src, dst = f"layers.{i}.", f"model.layers.{i}."
         out[dst + "input_layernorm.weight"] = weights[src + "attention_norm.weight"]
         out[dst + "post_attention_layernorm.weight"] = weights[src + "ffn_norm.weight"]
-        out[dst + "self_attn.q_proj.weight"] = _permute_heads(weights[src + "attention.wq.weight"], hd) * (
-            1.0 if cfg.qk_norm else q_mult)
+        out[dst + "self_attn.q_proj.weight"] = _permute_heads(weights[src + "attention.wq.weight"], hd)
         out[dst + "self_attn.k_proj.weight"] = _permute_heads(weights[src + "attention.wk.weight"], hd)
         out[dst + "self_attn.v_proj.weight"] = weights[src + "attention.wv.weight"]
         out[dst + "self_attn.o_proj.weight"] = weights[src + "attention.wo.weight"]
         if cfg.qk_norm:
-            out[dst + "self_attn.q_norm.weight"] = weights[src + "attention.q_norm.weight"][perm] * q_mult
+            out[dst + "self_attn.q_norm.weight"] = weights[src + "attention.q_norm.weight"][perm]
             out[dst + "self_attn.k_norm.weight"] = weights[src + "attention.k_norm.weight"][perm]
         out[dst + "mlp.gate_proj.weight"] = weights[src + "feed_forward.w1.weight"]
         out[dst + "mlp.up_proj.weight"] = weights[src + "feed_forward.w3.weight"]

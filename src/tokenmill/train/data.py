@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,8 +90,13 @@ class Batch:
     step: int
     inputs: np.ndarray  # (sequences of this rank, L), uint32
     targets: np.ndarray
-    tokens_hash: str  # of the whole step's inputs, stream[N*T : (N+1)*T]
+    digest: Future | None  # of tokens_hash, computed beside the step; None on a rank that does not record
     phase: str  # plan phase of the step's first token
+
+    @property
+    def tokens_hash(self) -> str | None:
+        """Of the whole step's inputs, stream[W*T : (W+1)*T] (None where this rank does not record)."""
+        return None if self.digest is None else self.digest.result()
 
 
 class PlanStream:
@@ -144,10 +150,15 @@ class BatchLoader:
 
     Step N reads window N of the stream (stream[N*T : (N+1)*T + 1]) unless `order` is set: then window
     order[N]. A seed replica of a scout (train.data_seed) trains on the same windows in another order, shuffled
-    within each phase (seeded_order)."""
+    within each phase (seeded_order).
+
+    record: this rank records the step's token hash (the run's rank 0, which writes the step table). It reads
+    the whole step and hashes it on a thread of its own while the step computes (blake2b releases the GIL); the
+    other ranks read only their slice. Every rank reading and hashing the whole global batch on the step's
+    critical path cost about 10 ms per 2M-token step, per rank."""
 
     def __init__(self, stream: PlanStream, seq_len: int, global_batch: int, dp_rank: int = 0, dp_size: int = 1,
-                 order: np.ndarray | None = None):
+                 order: np.ndarray | None = None, record: bool = True):
         if global_batch % dp_size:
             raise DataError(f"train.global_batch ({global_batch}) must be divisible by the data-parallel "
                             f"size ({dp_size})")
@@ -158,6 +169,7 @@ class BatchLoader:
         self.steps_available = max(0, (stream.total_tokens - 1) // self.T)
         self.fault = _parse_fault(os.environ.get("TOKENMILL_FAULT", ""))
         self.order = order
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokens-hash") if record else None
 
     def seeded_order(self, steps: int, seed: int) -> np.ndarray:
         """The run's `steps` windows in an order drawn with `seed`, each shuffled within its plan phase (the
@@ -195,13 +207,22 @@ class BatchLoader:
         return tokens
 
     def batch(self, step: int) -> Batch:
-        tokens = self.step_tokens(step)
         per_rank = self.B // self.dp_size
         a = self.dp_rank * per_rank * self.L
-        mine = tokens[a:a + per_rank * self.L + 1]
         w = self.window(step)
-        return Batch(step, mine[:-1].reshape(per_rank, self.L), mine[1:].reshape(per_rank, self.L),
-                     tokens_hash(tokens[:-1]), self.phase(w))
+        digest = None
+        if self._hasher is not None or step in self.fault.get("corrupt_step", ()):
+            tokens = self.step_tokens(step)
+            mine = tokens[a:a + per_rank * self.L + 1]
+            if self._hasher is not None:
+                digest = self._hasher.submit(tokens_hash, tokens[:-1])
+        else:
+            if w >= self.steps_available:
+                raise DataError(f"step {step} is past the plan: it holds {self.steps_available} steps of {self.T} "
+                                f"tokens")
+            mine = self.stream.read(w * self.T + a, w * self.T + a + per_rank * self.L + 1)
+        return Batch(step, mine[:-1].reshape(per_rank, self.L), mine[1:].reshape(per_rank, self.L), digest,
+                     self.phase(w))
 
     def doc_ids(self, step: int) -> list[str]:
         """Documents with tokens among the step's inputs or targets, in stream order (repeats once)."""

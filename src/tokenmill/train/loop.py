@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
+import functools
 import json
 import math
 import os
@@ -180,7 +181,8 @@ class Trainer:
         t = cfg.train
         shape = mesh_shape(t, dist.get_world_size())
         self.layout: Layout = build_mesh(device.type, shape)
-        self.loader = BatchLoader(stream, t.seq_len, t.global_batch, self.layout.dp_rank, self.layout.dp_size)
+        self.loader = BatchLoader(stream, t.seq_len, t.global_batch, self.layout.dp_rank, self.layout.dp_size,
+                                  record=dist.get_rank() == 0)
         self.micro_batch = shape.micro_batch
         torch.manual_seed(t.seed)
         # Built on the meta device (no memory), sharded, then only this rank's shards are allocated on the
@@ -195,7 +197,10 @@ class Trainer:
         # Compiled beside the blocks: fusing the float32 cast, log-softmax and gather saves writing the
         # (micro-batch x seq x vocabulary) float32 logits and their log-softmax (4 GiB each at the H100 preset).
         # Not under TP, where the logits are vocabulary-sharded DTensors for loss_parallel.
-        self.loss_fn = torch.compile(lm_loss) if t.parallel.compile and self.layout.tp_mesh is None else lm_loss
+        if self.layout.tp_mesh is not None:
+            self.loss_fn = functools.partial(lm_loss, vocab_sharded=True)
+        else:
+            self.loss_fn = torch.compile(lm_loss) if t.parallel.compile else lm_loss
         opt = t.optimizer
         fused = opt.fused if opt.fused is not None else device.type == "cuda"
         groups, self.lr_scales = param_groups(model, opt.weight_decay, t.width_mult(cfg.model))
@@ -359,10 +364,11 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, healt
     each parameter group's gradient norm and update ratio into the rows of HEALTH."""
     batch = trainer.loader.batch(step)
     row = {"step": step, "stream_window": trainer.loader.window(step), "phase": batch.phase,
-           "tokens_hash": batch.tokens_hash, "tokens": (step + 1) * trainer.cfg.train.tokens_per_step, "lr": lr,
+           "tokens": (step + 1) * trainer.cfg.train.tokens_per_step, "lr": lr,
            "replay": replays(state["rollbacks"], step)}
     if step in skipped(state["rollbacks"]):
-        return {**row, "loss": None, "grad_norm": None, "skipped": True, "skip_reason": "rolled_back"}
+        return {**row, "tokens_hash": batch.tokens_hash, "loss": None, "grad_norm": None, "skipped": True,
+                "skip_reason": "rolled_back"}
     ce = trainer.forward_backward(batch.inputs, batch.targets)
     norm_t = trainer.grad_norm()
     group_norms = health.grad_norms() if health is not None else {}  # before clipping, as grad_norm
@@ -397,7 +403,9 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, healt
         health.record(step, group_norms)
         state["health"] += [{"step": step, "group": g, "grad_norm": v, "update_ratio": ratios.get(g)}
                             for g, v in group_norms.items()]
-    return {**row, "loss": loss, "grad_norm": norm, "skipped": reason is not None, "skip_reason": reason}
+    # The hash was computed on rank 0's hashing thread while the step ran (data.BatchLoader); other ranks: None.
+    return {**row, "tokens_hash": batch.tokens_hash, "loss": loss, "grad_norm": norm, "skipped": reason is not None,
+            "skip_reason": reason}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -416,6 +424,18 @@ def _rank_fault(fault: Mapping, step: int, rank: int, world: int, params: list[t
         os.kill(os.getpid(), 9)
     if step in fault.get("hang_at", ()) and fire_once("hang_at", step):
         time.sleep(10**6)
+
+
+def _share_token_hashes(state: dict) -> None:
+    """Only rank 0 hashes the steps' tokens (data.BatchLoader, `record`); before a checkpoint the other ranks'
+    records get its hashes since the last one, because DCP keeps one rank's copy of the trainer state, whichever
+    it is. One broadcast of 32 characters per step, per checkpoint."""
+    start = state.get("hashes_shared", 0)
+    hashes = [[r["tokens_hash"] for r in state["records"][start:]]]
+    dist.broadcast_object_list(hashes, src=0)
+    for record, digest in zip(state["records"][start:], hashes[0]):
+        record["tokens_hash"] = digest
+    state["hashes_shared"] = len(state["records"])
 
 
 def _complete(state: dict) -> dict:
@@ -742,6 +762,7 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
                 raise TrainError(mismatch)
         if save:
             state["rng"] = _rng_state()
+            _share_token_hashes(state)
             ckpt.save(step + 1, trainer.model, trainer.optimizer, state)
             watchdog.beat(step + 1)
         if stop or last:

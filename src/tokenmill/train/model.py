@@ -74,10 +74,9 @@ def document_layout(tokens: torch.Tensor, eos_id: int, flex: bool) -> tuple[torc
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, scale: float | None = None):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.head_dim = cfg.head_dim
-        self.scale = scale  # of q.k: None is SDPA's 1/sqrt(head_dim); μP's is 1/head_dim
         self.q_per_kv = cfg.n_heads // cfg.kv_heads
         self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.wk = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
@@ -99,11 +98,11 @@ class Attention(nn.Module):
         # enable_gqa lets the kernel share each kv head among its query heads without copying k and v.
         gqa = self.q_per_kv > 1
         if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=gqa)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         elif isinstance(mask, BlockMask):
-            out = _flex(q.device)(q, k, v, block_mask=mask, scale=self.scale, enable_gqa=gqa)
+            out = _flex(q.device)(q, k, v, block_mask=mask, enable_gqa=gqa)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.wo(out.transpose(1, 2).reshape(B, S, -1))
 
 
@@ -121,10 +120,10 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, attention_scale: float | None = None):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.attention_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.attention = Attention(cfg, attention_scale)
+        self.attention = Attention(cfg)
         self.ffn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
 
@@ -138,10 +137,15 @@ class Transformer(nn.Module):
 
     width_mult: μP (Maximal Update Parametrisation, Tensor Programs V), d_model over the width the recipe was
     tuned at (train.mup_base_width); None: the standard parametrisation. Under μP the hidden matrices are drawn
-    with σ ∝ 1/sqrt(fan_in) (init_std at the base width), the logits are divided by width_mult, attention
-    scores are scaled by 1/head_dim, and the optimizer gives the hidden matrices the learning rate / width_mult
-    (loop.param_groups): the activations' scale after an update then does not grow with width, and the best
-    learning rate found at a small width holds at a large one (tests/test_train_core.py, RESULTS "μP")."""
+    with σ ∝ 1/sqrt(fan_in) (init_std at the base width), the logits are divided by width_mult, and the optimizer
+    gives the hidden matrices the learning rate / width_mult (loop.param_groups): the activations' scale after an
+    update then does not grow with width, and the best learning rate found at a small width holds at a large one
+    (tests/test_train_core.py, RESULTS "μP").
+
+    Attention keeps SDPA's 1/sqrt(head_dim). μP's 1/head_dim is for models whose heads grow wider; every ladder
+    and preset here widens by adding heads of a fixed size (32, 48, 128), where the two differ by a constant,
+    and that constant cost 0.14 nats of held-out loss at width 256 with the same best learning rate (RESULTS,
+    "μP: the best learning rate across widths")."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, max_seq_len: int, eos_id: int | None = None,
                  width_mult: float | None = None):
@@ -153,8 +157,7 @@ class Transformer(nn.Module):
         self.flex: bool | None = None
         self.tok_embeddings = nn.Embedding(vocab_size, cfg.d_model)
         # A ModuleDict keyed "0".."n-1" keeps the state-dict names stable when parallel.py wraps blocks.
-        scale = None if width_mult is None else 1.0 / cfg.head_dim
-        self.layers = nn.ModuleDict({str(i): Block(cfg, scale) for i in range(cfg.n_layers)})
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.output = nn.Linear(cfg.d_model, vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -226,13 +229,23 @@ class Transformer(nn.Module):
         return self.output(h)
 
 
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0,
+            vocab_sharded: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss to optimise, cross-entropy) as means over all tokens; logits in float32 (bf16 CE loses digits).
 
     z-loss adds z_loss x mean(logsumexp(logits)^2), pulling the softmax normaliser towards 1 (PaLM).
+    vocab_sharded: the logits are split over the vocabulary (tensor parallel, under loss_parallel). The
+    normaliser is then taken from a max and a sum of exponentials, two reductions DTensor finishes with an
+    all-reduce of one value per token; torch.logsumexp has no sharded rule and all-gathered the whole float32
+    logits first (counted with CommDebugMode: tests/test_train_distributed.py).
     """
     flat = logits.flatten(0, 1).float()
     ce = F.cross_entropy(flat, targets.flatten(0, 1))
     if z_loss > 0:
-        return ce + z_loss * torch.logsumexp(flat, dim=-1).pow(2).mean(), ce
+        if vocab_sharded:
+            top = flat.detach().amax(dim=-1, keepdim=True)
+            lse = (flat - top).exp().sum(dim=-1).log() + top.squeeze(-1)
+        else:
+            lse = torch.logsumexp(flat, dim=-1)
+        return ce + z_loss * lse.pow(2).mean(), ce
     return ce, ce
