@@ -687,6 +687,52 @@ def test_an_unrecovered_excursion_past_the_last_rollback_stops_the_run_with_one_
     assert "after 0 rollbacks (train.rollback.max_rollbacks 0)" in message
 
 
+def test_a_step_reads_the_device_once_and_a_logging_step_three_times(corpus):
+    """Each device-to-host read waits for the GPU to finish everything queued. Counted on CPU with a
+    TorchFunctionMode over every tensor method that reads values back (item, tolist, float(), bool(), .cpu(),
+    .numpy()): a step reads once (its loss and gradient norm together); a logging step with the per-layer
+    health measurements three times (the group norms and the update ratios, each group stacked into one
+    read). AdamW's step counters are host tensors on every device and are left out."""
+    import torch.distributed as dist
+    from torch.overrides import TorchFunctionMode
+
+    from tokenmill.train.data import PlanStream
+    from tokenmill.train.health import Health
+    from tokenmill.train.loop import Trainer, init_distributed, train_step
+
+    reads = {"item", "tolist", "__float__", "__bool__", "__int__", "__index__", "cpu", "numpy"}
+
+    class Reads(TorchFunctionMode):
+        def __init__(self, counters):
+            super().__init__()
+            self.counters, self.seen = counters, []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in reads and args and not any(args[0] is c for c in self.counters()):
+                self.seen.append(name)
+            return func(*args, **(kwargs or {}))
+
+    device, created = init_distributed("cpu")
+    try:
+        cfg = parse_run(tiny_run())
+        trainer = Trainer(cfg, PlanStream(corpus / "tokenize", corpus / "mixture"), device)
+        state = {"records": [], "spikes": [], "losses": [], "norms": [], "consecutive": 0, "rollbacks": [],
+                 "health": []}
+        health = Health(trainer.model, cfg.train.health, {})
+        counters = lambda: [s["step"] for s in trainer.optimizer.state.values()]  # noqa: E731
+        for step in range(3):
+            with Reads(counters) as mode:
+                train_step(trainer, step, 1e-3, state, cfg.train.spike)
+            assert mode.seen == ["tolist"], (step, mode.seen)
+        with Reads(counters) as mode:
+            train_step(trainer, 3, 1e-3, state, cfg.train.spike, health)
+        assert mode.seen == ["tolist"] * 3, mode.seen
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
 class _Clock:
     """tokenmill.train.loop's `time`, its perf_counter moved only by the test: a step's time and an
     evaluation's time are whatever the test says they were."""
