@@ -346,7 +346,8 @@ def test_mup_keeps_every_layers_activations_flat_across_widths_where_the_standar
     groups; then the mean |activation| of each block's output and of the logits. Under the standard
     parametrisation Adam moves each weight by about the learning rate whatever the width, so a wider layer's
     output moves more: measured 0.027 -> 1.66 (block 0), 0.074 -> 4.84 (block 1), 0.38 -> 2.12 (logits) from
-    width 64 to 512. Under μP (base width 64) they stay within 1.3x of each other at every width."""
+    width 64 to 512. Under μP (base width 64) they stay within 1.35x of each other (block 1: 0.074, 0.055, 0.059,
+    0.061)."""
     from tokenmill.train.data import BatchLoader, PlanStream
     from tokenmill.train.loop import param_groups
     from tokenmill.train.model import Transformer, lm_loss
