@@ -151,9 +151,10 @@ def param_groups(model: torch.nn.Module, weight_decay: float,
                  width_mult: float | None = None) -> tuple[list[dict], list[float]]:
     """(the optimizer's parameter groups, each group's learning-rate scale). Decay matrices of the linear
     layers only; norms and the embedding table are not decayed (a tied output layer is the embedding table, so
-    it is not decayed either). A group's scale multiplies the step's learning rate: 1 / width_mult for the blocks' matrices under μP (Adam's update of a matrix whose
-    both sides grow with width), 1 for everything else (the embedding, the output layer and the norms have one
-    side of fixed size); 1 everywhere in the standard parametrisation. AdamW's decay is lr x weight_decay, so
+    it is not decayed either). A group's scale multiplies the step's learning rate: 1 / width_mult for the
+    blocks' matrices under μP (Adam's update of a matrix whose both sides grow with width), 1 for everything
+    else (the embedding, the output layer and the norms have one side of fixed size); 1 everywhere in the
+    standard parametrisation. AdamW's decay is lr x weight_decay, so
     it scales with the group's learning rate. The scales stay outside the groups: a checkpoint's groups
     replace the optimizer's when it loads."""
     hidden, output, no_decay, seen = [], [], [], set()
@@ -501,7 +502,8 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
     save_file(weights, str(tmp / "model.safetensors"))
     (tmp / "config.json").write_text(json.dumps({
         "model": cfg.model.model_dump(), "vocab_size": trainer.stream.vocab_size, "eos_id": trainer.stream.eos_id,
-        "seq_len": cfg.train.seq_len, "width_mult": cfg.train.width_mult(cfg.model), "format": "tokenmill.train.model.Transformer state dict, float32"},
+        "seq_len": cfg.train.seq_len, "width_mult": cfg.train.width_mult(cfg.model),
+        "format": "tokenmill.train.model.Transformer state dict, float32"},
         indent=2, sort_keys=True) + "\n")
     if final.exists():
         import shutil

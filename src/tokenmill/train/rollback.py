@@ -116,4 +116,4 @@ def rollback_row(rollbacks: list[dict], reason: str, excursion: dict, detected_a
             "undone_losses": [r["loss"] for r in undone if r["step"] >= resumed_from],
             "skipped_steps": steps, "skipped_windows": [loader.window(s) for s in steps],
             "doc_ids": list(dict.fromkeys(d for s in steps for d in loader.doc_ids(s))),
-            "lr_scale": cfg.lr_factor ** (len(rollbacks) + 1)}
+            "lr_scale": lr_scale(rollbacks, cfg) * cfg.lr_factor}
