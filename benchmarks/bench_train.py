@@ -74,7 +74,7 @@ vocabulary, tied embeddings; sequence 256, 16 sequences = 4,096 tokens per step,
 | --- | ---: | ---: | ---: | ---: |
 {rows}
 
-The ~1B model on one H100: "Training throughput on GPU: scale=h100_1x" and "Training on one H100: findings".
+The ~1B model on one H100: "Training throughput on GPU: scale=h100_1x" and "Training on one H100: findings (2026-11-26)".
 """
     print(text)
     if args.write:

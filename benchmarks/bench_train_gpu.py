@@ -266,9 +266,11 @@ def render(results: list[dict]) -> str:
                       "non-determinism alone."]
         if r.get("profile"):
             p = r["profile"]
+            busy = (f"GPU busy {p['gpu_busy_seconds']:.2f} s, host gap {100 * p['host_gap_fraction']:.1f}% of the wall "
+                    "time" if p.get("gpu_busy_seconds") is not None else
+                    f"kernel time {p['kernel_seconds']:.2f} s (not merged for overlaps; {p['corrected']})")
             lines += ["", f"Profile ({r['label']}, {p['steps']} steps after the first of leg 2, torch.profiler via "
-                      f"TOKENMILL_PROFILE): wall {p['wall_seconds']:.2f} s, GPU busy {p['gpu_busy_seconds']:.2f} s, "
-                      f"host gap {100 * p['host_gap_fraction']:.1f}% of the wall time. Top kernels by GPU time:", "",
+                      f"TOKENMILL_PROFILE): wall {p['wall_seconds']:.2f} s, {busy}. Top kernels by GPU time:", "",
                       "| kernel | calls | share |", "| --- | ---: | ---: |"]
             lines += [f"| `{k['name'][:90]}` | {k['calls']} | {100 * k['share']:.1f}% |" for k in p["top"][:12]]
     return "\n".join(lines) + "\n"

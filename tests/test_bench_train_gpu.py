@@ -34,3 +34,27 @@ def test_bench_train_gpu_cpu_path_resumes_and_records_everything(tmp_path):
     text = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train_gpu.py"), "--from-json", str(record)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT, check=True).stdout
     assert "| cpu_demo leg2 |" in text and "Resume (cpu_demo)" in text
+
+
+def test_the_profile_counts_kernels_not_the_step_annotations_on_the_gpu_timeline():
+    """torch records each ProfilerStep#N on the GPU's timeline too, spanning the whole step. The first H100
+    profile counted it as a kernel: half the device time in "ProfilerStep*" and the GPU busy for the whole
+    window, whatever the kernels did. Events here are torch's own FunctionEvent, as prof.events() returns."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    from tokenmill.train.profile import busy_seconds, device_work, kernel_table
+
+    def event(name, start, end, device=DeviceType.CUDA, annotation=False):
+        return FunctionEvent(0, name, 0, start, end, device_type=device, is_user_annotation=annotation)
+
+    events = [event("ProfilerStep#3", 0, 1000, annotation=True),  # the step, as torch 2.11 put it on the GPU
+              event("aten::mm", 90, 310, device=DeviceType.CPU),  # the launch on the host
+              event("nvjet_gemm", 100, 300), event("flash_bprop", 500, 600), event("nccl_reduce", 550, 700)]
+    work = device_work(events)
+    assert [e.name for e in work] == ["nvjet_gemm", "flash_bprop", "nccl_reduce"]
+    assert abs(busy_seconds(work) - 400e-6) < 1e-12  # 200 µs + the two overlapping kernels' 200 µs, merged
+    total, top = kernel_table(work)
+    assert abs(total - 450e-6) < 1e-12
+    assert [k["name"] for k in top] == ["nvjet_gemm", "nccl_reduce", "flash_bprop"]
+    assert abs(sum(k["share"] for k in top) - 1) < 1e-9

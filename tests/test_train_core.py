@@ -315,6 +315,24 @@ def test_a_packed_batch_under_document_masking_trains_as_its_documents_would_alo
         torch.testing.assert_close(model(packed), dense, rtol=1e-5, atol=1e-5)
 
 
+def test_flex_attention_inside_a_compiled_block_compiles_the_block_once():
+    """On a GPU the blocks are compiled and FlexAttention runs inside them. Wrapping it in a second
+    torch.compile there recompiled every block at its second call (seen on an H100: a guard on the wrapper's
+    global); inside a compiled region _flex must hand back the plain function for the block's compile to fuse.
+    The device is only named here, never touched, so this runs on CPU."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from tokenmill.train import model as m
+
+    def block(x):
+        return x * 2 if m._flex(torch.device("cuda")) is flex_attention else x
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block, backend="eager")
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert compiled(torch.ones(3)).sum() == 6
+        assert compiled(torch.ones(3)).sum() == 6  # a recompilation raises here
+
 def test_rope_tables_reach_the_blocks_in_float32_under_bf16_parameters():
     """FSDP's mixed precision casts a module's floating inputs to param_dtype; the blocks opt out, so the RoPE
     tables stay float32 under bf16 parameters (the GPU presets) as on CPU, while the hidden state is bf16."""

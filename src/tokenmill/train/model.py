@@ -8,6 +8,7 @@ tensor-parallel shard. Parameter counts match config.model_size exactly (a test 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -18,19 +19,22 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from tokenmill.train.config import ModelConfig
 
-_compiled_flex = None
+
+@functools.cache
+def _compiled_flex():
+    return torch.compile(flex_attention)
 
 
 def _flex(device: torch.device):
     """FlexAttention, compiled on a GPU: there it generates one fused kernel for the block mask (eager flex
     materialises the scores, as the explicit mask of SDPA's math kernel did: 32 heads x 4096^2 fp32 per layer
-    at the H100 presets, 16 GiB). Eager on CPU, where the compiled kernel gains nothing at these sizes."""
-    global _compiled_flex
-    if device.type != "cuda":
+    at the H100 presets, 16 GiB). Eager on CPU, where the compiled kernel gains nothing at these sizes.
+    Inside a compiled block the block's own compile fuses it: wrapping it again there made the first trace
+    create the wrapper, and the guard on that global recompiled the block at the next call (seen on an H100,
+    2026-11-26: a second compile of every block, 16.0 s first step against 13.2)."""
+    if device.type != "cuda" or torch.compiler.is_compiling():
         return flex_attention
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention)
-    return _compiled_flex
+    return _compiled_flex()
 
 
 def rope_tables(head_dim: int, max_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,10 +29,18 @@ def parse(spec: str) -> tuple[Path, int, int] | None:
         raise ValueError(f"TOKENMILL_PROFILE={spec!r}: expected <dir>:<first step>:<steps>") from None
 
 
-def _busy_seconds(events) -> float:
+def device_work(events) -> list:
+    """The events that are work on the GPU (kernels, copies), not the profiler's own step annotations: torch
+    2.11 also records each `ProfilerStep#N` on the GPU's timeline, spanning the whole step, and counting it
+    made the first H100 profile (2026-11-26) report half of the device time in "ProfilerStep*" and the GPU
+    busy for the whole window."""
+    return [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+            and not getattr(e, "is_user_annotation", False) and not e.name.startswith("ProfilerStep")]
+
+
+def busy_seconds(work) -> float:
     """GPU time covered by at least one kernel (merging overlaps: NCCL and compute streams can run together)."""
-    spans = sorted((e.time_range.start, e.time_range.end) for e in events
-                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+    spans = sorted((e.time_range.start, e.time_range.end) for e in work if e.time_range.end > e.time_range.start)
     busy, cur_a, cur_b = 0.0, None, None
     for a, b in spans:
         if cur_b is None or a > cur_b:
@@ -44,6 +52,19 @@ def _busy_seconds(events) -> float:
     if cur_b is not None:
         busy += cur_b - cur_a
     return busy / 1e6  # profiler times are microseconds
+
+
+def kernel_table(work, top: int = 25) -> tuple[float, list[dict]]:
+    """Total device seconds and the `top` kernels by device time, with their calls and share."""
+    kernels: dict[str, list] = {}  # name: [calls, seconds]
+    for e in work:
+        k = kernels.setdefault(e.name, [0, 0.0])
+        k[0] += 1
+        k[1] += (e.time_range.end - e.time_range.start) / 1e6
+    total = sum(k[1] for k in kernels.values()) or 1.0
+    ranked = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]
+    return total, [{"name": name[:120], "calls": calls, "device_seconds": sec, "share": sec / total}
+                   for name, (calls, sec) in ranked]
 
 
 class StepProfiler:
@@ -85,22 +106,14 @@ class StepProfiler:
         self.dir.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(self.dir / "trace.json"))
         (self.dir / "table.txt").write_text(prof.key_averages().table(sort_by="self_device_time_total", row_limit=40))
-        kernels: dict[str, list] = {}  # name: [calls, seconds], device-side events only (no CPU op double counts)
-        events = prof.events()
-        for e in events:
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                k = kernels.setdefault(e.name, [0, 0.0])
-                k[0] += 1
-                k[1] += (e.time_range.end - e.time_range.start) / 1e6
-        total = sum(k[1] for k in kernels.values()) or 1.0
-        top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:25]
+        work = device_work(prof.events())
+        total, top = kernel_table(work)
         wall = (self.window_end or time.perf_counter()) - (self.window_start or time.perf_counter())
-        busy = _busy_seconds(events)
+        busy = busy_seconds(work)
         (self.dir / "summary.json").write_text(json.dumps({
             "steps": self.steps, "wall_seconds": wall, "gpu_busy_seconds": busy,
-            "host_gap_fraction": 1 - busy / wall if wall > 0 else None, "kernel_seconds": total,
-            "top": [{"name": name[:120], "calls": calls, "device_seconds": sec, "share": sec / total}
-                    for name, (calls, sec) in top]}, indent=1))
+            "host_gap_fraction": 1 - busy / wall if wall > 0 else None, "kernel_seconds": total, "top": top},
+            indent=1))
 
     def close(self) -> None:
         if self.prof is not None:

@@ -109,7 +109,7 @@ def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
 
     token_budget null trains it, like the full run, on train.tokens_per_param x its own parameters.
     micro_batch replaces the full run's: a small model is overhead-bound and wants larger micro-batches
-    (measured on one H100: RESULTS.md, "Training on one H100: findings")."""
+    (measured on one H100: RESULTS.md, "Training on one H100: findings (2026-11-25)")."""
     keys = {"model", "token_budget", "seeds", "micro_batch", "lrs"}
     if not isinstance(scout, Mapping) or not {"model", "token_budget"} <= set(scout) <= keys:
         got = sorted(scout) if isinstance(scout, Mapping) else type(scout).__name__
