@@ -345,3 +345,25 @@ def _decodes(body: bytes, charset: str) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def test_the_corpus_is_written_from_its_fixed_distribution_list_whatever_else_is_installed(tmp_path, monkeypatch):
+    """Installing another package (dvc-s3 and moto brought 32 distributions) must not change the demo corpus and
+    with it every data hash of the demo; a listed distribution that is missing is named in one line."""
+    from tokenmill.sample import sources
+
+    listed = sources.corpus_names()
+    assert [d.name for d in sources.distributions()] == sorted(listed)
+    extra = tmp_path / "site" / "extra_tool-1.0.dist-info"  # a newly installed distribution, with a description
+    extra.mkdir(parents=True)
+    (extra / "METADATA").write_text("Metadata-Version: 2.1\nName: extra-tool\nVersion: 1.0\n\n# Extra tool\n\nProse.\n")
+    (extra / "RECORD").write_text("extra_tool/__init__.py,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert "extra-tool" in {sources.normalise_name(d.metadata["Name"]) for d in sources.importlib.metadata.distributions()}
+    assert [d.name for d in sources.distributions()] == sorted(listed)
+
+    names = tmp_path / "distributions.txt"
+    names.write_text("# a list naming one distribution that is not installed\n" + "\n".join(listed + ["no-such-dist"]))
+    monkeypatch.setattr(sources, "CORPUS_DISTRIBUTIONS", names)
+    with pytest.raises(FileNotFoundError, match=r"not installed: no-such-dist \(`make install`"):
+        sources.distributions()

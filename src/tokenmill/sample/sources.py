@@ -20,13 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-# The project itself is installed too; its README changes with every commit and must not leak into
-# the corpus (the corpus would then change whenever the code does).
-# The sample is built from the installed distributions, so a developer's extra tools would change the demo
-# corpus (and its hashes in dvc.lock): the test runner's worker plugin and its transport, and the linter, are
-# not corpus material. (Installing pytest-xdist beside the rest moved the quality classifier's held-out
-# separation from above 0.2 to 0.19 on the e2e build.)
-SKIP_DISTS = {"tokenmill", "pytest-xdist", "execnet", "pyflakes"}
+# The distributions the corpus is written from: a fixed list, not whatever is installed (the list's header
+# says why). The project itself, the test runner's worker plugin and its transport, and the linter are not on it
+# (the project's README changes with every commit; installing pytest-xdist beside the rest once moved the
+# quality classifier's held-out separation from above 0.2 to 0.19 on the e2e build).
+CORPUS_DISTRIBUTIONS = Path(__file__).with_name("distributions.txt")
 
 # Vendored copies of other packages would make accidental near-duplicate pages across sites.
 _VENDOR_PARTS = {
@@ -82,15 +80,26 @@ def _record_paths(d) -> list[str]:
     return sorted({row[0] for row in csv.reader(record.splitlines()) if row})
 
 
+def corpus_names() -> list[str]:
+    return [line.strip() for line in CORPUS_DISTRIBUTIONS.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
 def distributions() -> list[Dist]:
-    """Installed distributions, one per normalised name, sorted by name."""
+    """The installed distributions named in distributions.txt, one per normalised name, sorted by name."""
+    wanted = set(corpus_names())
     found: dict[str, list] = {}
     for d in importlib.metadata.distributions():
         meta = d.metadata  # parsed on every access: keep it
         name = meta["Name"]
-        if not name or normalise_name(name) in SKIP_DISTS:
+        if not name or normalise_name(name) not in wanted:
             continue
         found.setdefault(normalise_name(name), []).append((str(d.locate_file("")), d, meta))
+    missing = sorted(wanted - set(found))
+    if missing:
+        raise FileNotFoundError(f"the sample corpus is written from the distributions listed in "
+                                f"{CORPUS_DISTRIBUTIONS.name}; not installed: {', '.join(missing)} (`make install` "
+                                f"installs them)")
     out = []
     for name in sorted(found):
         # Duplicates (the same package on two sys.path entries): take the first by location.
