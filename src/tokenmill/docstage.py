@@ -135,4 +135,5 @@ def map_document_shards(stage: str, input_dir: str | Path, processor: type[Proce
     with make_executor(execution_cfg) as ex:
         for counts in ex.map(process_shard, tasks, desc=stage):
             result.add_counts(counts["counts"])
+    result.timing["placement"] = ex.placement
     return result

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import platform
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -47,7 +48,12 @@ def task_error(desc: str, task: Any, exc: BaseException) -> TaskError:
 
 
 class Executor:
+    """placement: how many tasks each node ran (its host name here, its Ray node id on a cluster), summed over
+    the executor's maps; a stage puts it in its run record, which is how a run on a cluster shows where its
+    tasks went."""
+
     name = "base"
+    placement: dict[str, int]
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], desc: str = "") -> list[Any]:
         raise NotImplementedError
@@ -83,9 +89,12 @@ class LocalExecutor(Executor):
 
     def __init__(self, workers: int | None = None):
         self.workers = max(1, workers or os.cpu_count() or 1)
+        self.placement = {}
 
     def map(self, fn, tasks, desc=""):
         end_with_launcher(desc)
+        host = platform.node()
+        self.placement[host] = self.placement.get(host, 0) + len(tasks)
         results: list[Any] = [None] * len(tasks)
         with _progress(len(tasks), desc) as bar:
             if self.workers == 1 or len(tasks) <= 1:
@@ -145,6 +154,13 @@ def _stop_now(pool: ProcessPoolExecutor) -> None:
             p.kill()
 
 
+def _on_node(fn: Callable[[Any], Any], task: Any) -> tuple[str, Any]:
+    """A Ray task: fn(task), and the id of the node that ran it."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), fn(task)
+
+
 class RayExecutor(Executor):
     """Ray tasks: the same function and tasks, scheduled on a Ray cluster (or a local one)."""
 
@@ -154,6 +170,7 @@ class RayExecutor(Executor):
         import ray
 
         self._ray = ray
+        self.placement = {}
         self._owns = not ray.is_initialized()
         if self._owns:
             kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
@@ -167,8 +184,8 @@ class RayExecutor(Executor):
     def map(self, fn, tasks, desc=""):
         end_with_launcher(desc)
         ray = self._ray
-        remote = ray.remote(fn)
-        refs = [remote.remote(task) for task in tasks]
+        remote = ray.remote(_on_node)
+        refs = [remote.remote(fn, task) for task in tasks]
         index = {ref: i for i, ref in enumerate(refs)}
         results: list[Any] = [None] * len(tasks)
         pending = list(refs)
@@ -177,7 +194,8 @@ class RayExecutor(Executor):
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
                     try:
-                        results[index[ref]] = ray.get(ref)
+                        node, results[index[ref]] = ray.get(ref)
+                        self.placement[node] = self.placement.get(node, 0) + 1
                     except Exception as exc:
                         for other in pending:  # fail fast here too: nothing else is worth finishing
                             ray.cancel(other, force=True)

@@ -224,6 +224,7 @@ def ingest_sources(sources: list[Source], ingest_cfg: Mapping, execution_cfg: Ma
     if tasks and not any(k.startswith("keep:") for r in results for k in r["counts"]):
         raise SourceError(_nothing_read(results))
     result = StageResult()
+    result.timing["placement"] = ex.placement
     for r in results:
         result.add_counts(r["counts"])
         result.input_hashes[r["file"]] = r["sha1"]
