@@ -154,10 +154,16 @@ def _stop_now(pool: ProcessPoolExecutor) -> None:
             p.kill()
 
 
-def _on_node(fn: Callable[[Any], Any], task: Any) -> tuple[str, Any]:
-    """A Ray task: fn(task), and the id of the node that ran it."""
+def _on_node(fn: Callable[[Any], Any], task: Any, cwd: str) -> tuple[str, Any]:
+    """A Ray task: fn(task) in the driver's working directory, and the id of the node that ran it.
+
+    A worker of a Ray cluster starts wherever its node's `ray start` ran, so the stages' relative paths
+    (data/ingest/..., the output's temporary folder) would land elsewhere - and on another node, nowhere the
+    stage looks (seen with two nodes: the stage's shards were written into the workers' directory and lost).
+    The cluster shares one filesystem (docs/scaling.md), so the driver's directory is there on every node."""
     import ray
 
+    os.chdir(cwd)
     return ray.get_runtime_context().get_node_id(), fn(task)
 
 
@@ -185,7 +191,8 @@ class RayExecutor(Executor):
         end_with_launcher(desc)
         ray = self._ray
         remote = ray.remote(_on_node)
-        refs = [remote.remote(fn, task) for task in tasks]
+        cwd = os.getcwd()
+        refs = [remote.remote(fn, task, cwd) for task in tasks]
         index = {ref: i for i, ref in enumerate(refs)}
         results: list[Any] = [None] * len(tasks)
         pending = list(refs)
