@@ -39,8 +39,8 @@ TABLES = ("documents", "records", "decisions", "read_errors")
 # longer reads.)
 SHARED_BUILDS = {"test_forecast": "tiny_run", "test_remote": "tiny_run", "test_report": "tiny_run",
                  "test_search": "tiny_run"}
-HEAVIEST_FIRST = ("test_pipeline_e2e", "tiny_run", "test_train_distributed", "test_decontam_leaks",
-                  "test_stale_and_budget", "test_bad_input_dvc")
+HEAVIEST_FIRST = ("test_pipeline_e2e", "tiny_run", "test_train_distributed", "test_train_multinode",
+                  "test_ray_cluster", "test_decontam_leaks", "test_stale_and_budget", "test_bad_input_dvc")
 
 
 def _group(nodeid: str) -> str:
