@@ -22,13 +22,13 @@ def stage(p: dict, last_stage: str, token_stage: str | None = None, plan_stage: 
               "token_stage": token_stage, "plan_stage": plan_stage}
     with StageRun("lineage", out_dir, params, libraries=("duckdb",)) as run:
         run.record(build_database(data_root, stages, p["sources"], run.tmp, token_stage, plan_stage,
-                                  cfg["ground_truth"], plots_dir))
+                                  cfg["ground_truth"], plots_dir, p.get("execution")))
     return run.manifest
 
 
 def main(token_stage: str, plan_stage: str) -> int:
     last = read_manifest(f"data/{token_stage}")["input_stage"]
-    m = stage(load_params("sources", "lineage"), last, token_stage, plan_stage)
+    m = stage(load_params("sources", "lineage", "execution"), last, token_stage, plan_stage)
     for problem in m["conservation_violations"]:
         print(f"lineage: {problem}", file=sys.stderr)
     for case in m.get("planted_wrong", []):

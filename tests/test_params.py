@@ -72,6 +72,8 @@ BAD = [  # (dotted key, value, the whole line)
     ("scouts.s1.seeds", 0, "scouts.s1.seeds: expected a positive integer, got 0"),
     ("scouts.s1.lrs", [3.0e-3, 0.0], "scouts.s1.lrs[1]: expected a positive number, got 0.0"),
     ("forecast.interval", 2, "forecast.interval: expected a number in (0, 1), got 2"),
+    ("execution.duckdb_memory_limit", "lots", "execution.duckdb_memory_limit: expected a size such as 512MB or "
+                                              "2GB, got 'lots'"),
     # enumerations
     ("tokenizer.model_type", "bpee", "tokenizer.model_type: expected bpe or unigram, got 'bpee'"),
     ("pii.phone_validation", "sometimes", "pii.phone_validation: expected valid or possible, got 'sometimes'"),

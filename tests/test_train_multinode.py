@@ -1,15 +1,16 @@
-"""Two training nodes on one machine (README, "Training": several nodes): the training stage's own torchrun
-command (tokenmill.train.stage.torchrun_command) started twice with TOKENMILL_RDZV_ENDPOINT on localhost, each
-as one node of 2 ranks, gloo over loopback. The layout is the multi-node presets' HSDP: replicate across the
-nodes x shard within each. A run checkpointed on two nodes resumes on one node (the same 4 ranks under one
-launcher) and continues bit for bit as the two-node run did; and the reverse, whose first half is a one-node
-run equal to the two-node run's."""
+"""Two training nodes on one machine (README, "Training": several nodes): the training stage started twice
+with TOKENMILL_RDZV_ENDPOINT on localhost, each as one node of 2 ranks, gloo over loopback; for the resumes,
+the torchrun command the stage builds (torchrun_command) with --stop-after, as a job at its time limit. The
+layout is the multi-node presets' HSDP: replicate across the nodes x shard within each. A run checkpointed on
+two nodes resumes on one node (the same 4 ranks under one launcher) and continues bit for bit as the two-node
+run did; and the reverse, whose first half is a one-node run equal to the two-node run's."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from unittest import mock
 
@@ -54,6 +55,33 @@ def _launch(nodes: int, tmp: Path, corpus: Path, out: Path, *extra: str, nproc: 
     return logs
 
 
+STAGE = """
+import json, sys
+from tokenmill.train.stage import run_train_stage
+run = json.load(open(sys.argv[1]))
+run_train_stage("pretrain", run, sys.argv[2], "mixture", "tokenize", sys.argv[3], None, sys.argv[4], sys.argv[5])
+"""
+
+
+def _stage_on_two_nodes(tmp: Path, corpus: Path, out: Path) -> list[str]:
+    """The training stage itself (tokenmill.train.stage.run_train_stage, what stages/train.py calls) started
+    on two nodes at once, as `srun --nodes 2 python stages/train.py pretrain ...` would: each checks the run,
+    stamps the output, launches its torchrun and records the run."""
+    run = tiny_run(max_steps=STEPS, parallel=HSDP, launch={"nnodes": 2, "nproc_per_node": 2})
+    config = tmp / "stage-run.json"
+    config.write_text(json.dumps(run))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+           "TOKENMILL_RDZV_ENDPOINT": f"127.0.0.1:{free_port()}"}
+    args = [sys.executable, "-c", STAGE, str(config), str(corpus), str(out), str(tmp / "metrics.json"),
+            str(tmp / "runs")]
+    procs = [subprocess.Popen(args, env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(2)]
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-6000:]
+    return logs
+
+
 def _steps(out: Path) -> list[dict]:
     return pq.read_table(out / "steps.parquet").to_pylist()
 
@@ -65,14 +93,18 @@ def _weights(out: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.slow  # five torchrun launchers (3 of them two-node runs), 4 gloo ranks each time, on 2 cores
 def test_two_nodes_train_as_one_and_a_checkpoint_moves_between_node_counts(corpus, tmp_path):
     two = tmp_path / "two_nodes"
-    logs = _launch(2, tmp_path, corpus, two)
-    # Each launcher started 2 ranks and the run had 4: both nodes joined one job, and only the one holding
-    # global rank 0 printed the run's summary.
-    assert sorted(bool(log.strip()) for log in logs) == [False, True]
-    printed = json.loads(max(logs, key=len))
-    assert printed["timing"]["devices"] == 4
+    _stage_on_two_nodes(tmp_path, corpus, two)
+    # Each node's torchrun started 2 ranks and the run had 4: both joined one job; each node kept its own log,
+    # and the one holding global rank 0 has the run's summary in it.
+    logs = sorted((tmp_path / "runs").glob("pretrain.*.log"))
+    assert len(logs) == 2, logs
+    printed = [json.loads(text[text.index("{"):]) for text in (f.read_text() for f in logs) if '"timing"' in text]
+    assert len(printed) == 1 and printed[0]["timing"]["devices"] == 4
+    record = json.loads((tmp_path / "runs" / "pretrain.json").read_text())
+    assert record["digest"] == json.loads((two / "manifest.json").read_text())["digest"]
     ref = _steps(two)
     assert [r["step"] for r in ref] == list(range(STEPS))
+    assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == STEPS
 
     # Checkpointed on two nodes at step 4, resumed on one: the rest of the run as the two nodes trained it.
     moved = tmp_path / "two_then_one"

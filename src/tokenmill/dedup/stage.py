@@ -226,7 +226,7 @@ def deduplicate(input_dir: str | Path, params: Mapping[str, Any] | None, executi
     p = resolve_params(params)
     input_dir, out_dir = Path(input_dir), Path(out_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
-    exe = dict(execution_cfg or {})
+    exe = resolve("execution", execution_cfg)
     bands, rows = lsh_shape(p["near"])
     result = StageResult()
     result.input_hashes[input_dir.name] = input_id(input_dir)
@@ -253,7 +253,7 @@ def deduplicate(input_dir: str | Path, params: Mapping[str, Any] | None, executi
 
 
 def _global(work: Path, p: dict, exe: Mapping[str, Any]) -> dict[str, Any]:
-    con = cluster.connect(work, exe.get("duckdb_memory_limit", "2GB"), exe.get("workers"))
+    con = cluster.connect(work, exe["duckdb_memory_limit"], exe["workers"])
     try:
         cluster.register_inputs(con, work)
         stats: dict[str, Any] = {}

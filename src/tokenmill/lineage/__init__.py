@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Mapping
 
 import duckdb
 import pyarrow as pa
@@ -238,7 +239,8 @@ def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
 
 def build_database(data_root: str | Path, stages: list[str], sources_cfg: dict, out_dir: str | Path,
                    token_stage: str | None = None, plan_stage: str | None = None,
-                   ground_truth: str | Path | None = None, plots_dir: str | Path = "plots") -> StageResult:
+                   ground_truth: str | Path | None = None, plots_dir: str | Path = "plots",
+                   execution_cfg: Mapping | None = None) -> StageResult:
     """Build out_dir/lineage.duckdb over the document stages `stages` of data_root (oldest first:
     runtime.stage_chain), plus the token index and the plan when their stages are given; with the embedded
     corpus's ground truth, also score its planted cases. The conservation problems found are in
@@ -253,7 +255,10 @@ def build_database(data_root: str | Path, stages: list[str], sources_cfg: dict, 
         result.input_hashes["benchmarks"] = input_id(data_root / "benchmarks")
     # The database file is not byte-reproducible (DuckDB writes a random database id and block layout,
     # even on one thread), so no stage reads it: it is the auditors' index, rebuilt from the Parquet.
-    con = duckdb.connect(str(out_dir / DB_NAME))
+    exe = resolve("execution", execution_cfg)
+    # Out of core like dedup's clustering: DuckDB spills beyond the limit instead of taking 80% of the RAM.
+    con = duckdb.connect(str(out_dir / DB_NAME), config={"memory_limit": exe["duckdb_memory_limit"],
+                                                         "threads": exe["workers"]})
     try:
         build(con, stages, data_root, sources_cfg, token_stage, plan_stage)
         problems = verify(con)

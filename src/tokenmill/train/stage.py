@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -270,7 +271,9 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     config_file = out_dir / "run_config.json"
     write_json(config_file, run_cfg)
 
-    log = Path(runs_dir) / f"{stage}.log"
+    # Every node of a multi-node job runs this stage; on a shared filesystem each keeps its own torchrun log.
+    node = "" if train.launch.nnodes == 1 else f".{platform.node()}-{os.getpid()}"
+    log = Path(runs_dir) / f"{stage}{node}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = torchrun_command(train.launch, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir, evalset)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
