@@ -241,6 +241,21 @@ def _search(args) -> int:
     return 0
 
 
+def _openlineage(args) -> int:
+    from tokenmill import openlineage as OL
+
+    try:
+        path = OL.write(OL.events(args.repo, args.parent), Path(args.repo) / args.out)
+        print(f"openlineage: {len(path.read_text().splitlines())} events in {path}")
+        if args.send:
+            sent, total = OL.send(Path(args.repo) / args.out)
+            print(f"openlineage: sent {sent}; all {total} delivered")
+    except OL.OpenLineageError as exc:
+        print(f"tokenmill openlineage: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="tokenmill", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -281,9 +296,15 @@ def main(argv: list[str] | None = None) -> int:
     srch.add_argument("--no-verify", action="store_true", help="skip the scout run of the proposal")
     srch.add_argument("--repo", default=".", help="the DVC repository (default: here)")
     srch.add_argument("--json", action="store_true", help="every figure as JSON")
+    ol = sub.add_parser("openlineage", help="OpenLineage events of every stage run (lineage/openlineage.ndjson); "
+                                            "--send delivers them to OPENLINEAGE_URL")
+    ol.add_argument("--repo", default=".", help="the built project (default: here)")
+    ol.add_argument("--out", default="lineage", help="where the events go (default: lineage/)")
+    ol.add_argument("--parent", help="the pipeline run they belong to (default: the git revision)")
+    ol.add_argument("--send", action="store_true", help="send what was not delivered yet to OPENLINEAGE_URL")
     args = parser.parse_args(argv)
     try:
-        code = {"compare": _compare, "search": _search}.get(args.command, _audit)(args)
+        code = {"compare": _compare, "search": _search, "openlineage": _openlineage}.get(args.command, _audit)(args)
         sys.stdout.flush()  # a closed pipe shows up here at the latest, while it can still be handled
         return code
     except BrokenPipeError:

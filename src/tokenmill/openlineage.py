@@ -1,0 +1,237 @@
+"""OpenLineage run events for every stage run of a built pipeline, for catalogs that ingest them (Marquez,
+DataHub, OpenMetadata, Dataplex).
+
+Derived, deterministically, from what a build leaves: dvc.lock (each stage's command, parameters, and its
+deps and outs with DVC's hashes), the run records runs/<stage>.json (run id, start and end, host, versions)
+and the stages' manifests (counts per decision). The same build gives the same events, byte for byte.
+Built with the maintained client's classes (openlineage-python: event_v2, facet_v2); per stage run a START
+and a COMPLETE event:
+
+  job       namespace `tokenmill`, name the stage; facets: jobType (BATCH, DVC, STAGE), documentation (cmd)
+  run       runId: a UUID derived from the run record's run id (parameters, inputs, code, library versions);
+            facets: parent (the pipeline run at this git revision, or the DVC experiment), processing_engine
+            (tokenmill and its version), tokenmill_run (the stage's parameters and its run id, seconds, host)
+  inputs    the stage's deps; outputs its outs: namespace file://<project>, name the path, version DVC's md5;
+            outputs also carry their Parquet schema, rows and files (of the documents table where there is
+            one) and bytes (the whole output: outputStatistics), and for document stages the decisions per action and reason (tokenmill_decisions)
+            and where their rows are in the lineage database (tokenmill_lineage)
+
+`tokenmill openlineage` writes them to lineage/openlineage.ndjson and, where OPENLINEAGE_URL is set (its key in
+OPENLINEAGE_API_KEY; never in params), sends them with the client's HTTP transport. The client retries a
+failing request (5 tries, backoff); what it could not deliver stays in the file, and the number sent so far in
+lineage/openlineage.sent: the next `tokenmill openlineage --send` goes on from there.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import attr
+import pyarrow.parquet as pq
+import yaml
+from openlineage.client import facet_v2
+from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+from openlineage.client.facet_v2 import (dataset_version_dataset, documentation_job, job_type_job,
+                                         output_statistics_output_dataset, parent_run, processing_engine_run,
+                                         schema_dataset)
+from openlineage.client.serde import Serde
+
+NAMESPACE = "tokenmill"
+PRODUCER = "https://github.com/tokenmill/tokenmill"
+_IDS = uuid.UUID("6f1d0a52-8c1e-4b7e-9a43-2f0b7c1d5e11")  # uuid5 namespace of tokenmill's run ids
+EVENTS, SENT = "openlineage.ndjson", "openlineage.sent"
+_SCHEMA = "https://github.com/tokenmill/tokenmill/blob/main/docs/lineage.md#openlineage"
+
+
+@attr.define
+class TokenmillRunFacet(facet_v2.RunFacet):
+    """The stage's parameters as it read them, its run id (the hash of parameters, inputs, code and library
+    versions: runtime.run_id), seconds and host, from runs/<stage>.json."""
+
+    params: dict = attr.field(factory=dict)
+    runIdHash: str = ""  # noqa: N815
+    seconds: float = 0.0
+    host: str = ""
+
+    @staticmethod
+    def _get_schema() -> str:
+        return f"{_SCHEMA}-tokenmill_run"
+
+
+@attr.define
+class TokenmillDecisionsFacet(facet_v2.OutputDatasetFacet):
+    """A document stage's decisions: documents in and out, and how many per action and reason."""
+
+    documentsIn: int = 0  # noqa: N815
+    documentsOut: int = 0  # noqa: N815
+    counts: dict = attr.field(factory=dict)
+
+    @staticmethod
+    def _get_schema() -> str:
+        return f"{_SCHEMA}-tokenmill_decisions"
+
+
+@attr.define
+class TokenmillLineageFacet(facet_v2.OutputDatasetFacet):
+    """Where the output's documents are in the lineage database: one row per decision of this stage."""
+
+    database: str = "lineage/lineage.duckdb"
+    query: str = ""
+
+    @staticmethod
+    def _get_schema() -> str:
+        return f"{_SCHEMA}-tokenmill_lineage"
+
+
+class OpenLineageError(RuntimeError):
+    """A one-line error for the user: no endpoint, or events the endpoint did not take."""
+
+
+def _uuid(*parts: str) -> str:
+    return str(uuid.uuid5(_IDS, "\x00".join(parts)))
+
+
+def _parquet_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path] if path.suffix == ".parquet" else []
+    return sorted(path.rglob("*.parquet")) if path.is_dir() else []
+
+
+def _output_facets(project: Path, out: dict) -> dict[str, Any]:
+    """Schema, statistics and (document stages) decision counts of one out of dvc.lock."""
+    path = project / out["path"]
+    facets: dict[str, Any] = {}
+    files = _parquet_files(path)
+    if files:
+        # A stage folder holds several tables (documents/, decisions/, ...): schema, rows and files are its
+        # documents' where it has them (else its first table's); size is the whole output's (dvc.lock).
+        tables = sorted({f.parent for f in files}, key=lambda t: (t.name != "documents", str(t)))
+        same = [f for f in files if f.parent == tables[0]]
+        schema = pq.read_schema(same[0])
+        facets["schema"] = schema_dataset.SchemaDatasetFacet(fields=[
+            schema_dataset.SchemaDatasetFacetFields(name=f.name, type=str(f.type)) for f in schema])
+        facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+            rowCount=sum(pq.read_metadata(f).num_rows for f in same), size=int(out.get("size") or 0),
+            fileCount=len(same))
+    manifest = path / "manifest.json"
+    if path.is_dir() and manifest.is_file():
+        m = json.loads(manifest.read_text())
+        counts = m.get("counts") or {}
+        if "in" in counts and "out" in counts:
+            facets["tokenmill_decisions"] = TokenmillDecisionsFacet(
+                documentsIn=int(counts["in"]), documentsOut=int(counts["out"]),
+                counts={k: v for k, v in sorted(counts.items()) if k not in ("in", "out")})
+            facets["tokenmill_lineage"] = TokenmillLineageFacet(
+                query=f"SELECT * FROM decisions WHERE stage = '{m.get('stage')}'")
+    return facets
+
+
+def _dataset(project: Path, entry: dict, cls, facets: dict | None = None):
+    version = entry.get("md5") or entry.get("hash") or ""
+    return cls(namespace=f"file://{project}", name=entry["path"],
+               facets={"version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=version)},
+               **({"outputFacets": facets} if facets else {}))
+
+
+def _time(finished: str, seconds: float) -> tuple[str, str]:
+    end = datetime.datetime.strptime(finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    start = end - datetime.timedelta(seconds=seconds)
+    return start.isoformat().replace("+00:00", "Z"), end.isoformat().replace("+00:00", "Z")
+
+
+def events(project: str | Path = ".", parent: str | None = None) -> list[dict]:
+    """START and COMPLETE events of every stage in dvc.lock that has a run record, in dvc.lock's order.
+    parent: the pipeline run they belong to (a git revision or a DVC experiment's name); default: HEAD."""
+    project = Path(project).resolve()
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    parent = parent or _head(project)
+    parent_facet = parent_run.ParentRunFacet(
+        run=parent_run.Run(runId=_uuid("pipeline", parent)), job=parent_run.Job(namespace=NAMESPACE, name="pipeline"))
+    engine = processing_engine_run.ProcessingEngineRunFacet(version=_version(), name="tokenmill")
+    out: list[dict] = []
+    for stage, entry in lock["stages"].items():
+        record_path = project / "runs" / f"{stage}.json"
+        if not record_path.is_file():
+            continue  # never run here (pulled from a remote, or built elsewhere): no times to report
+        record = json.loads(record_path.read_text())
+        start, end = _time(record["finished_at"], float(record.get("seconds") or 0))
+        run_id = _uuid("stage", stage, record["run_id"])
+        job = Job(namespace=NAMESPACE, name=stage, facets={
+            "jobType": job_type_job.JobTypeJobFacet(processingType="BATCH", integration="DVC", jobType="STAGE"),
+            "documentation": documentation_job.DocumentationJobFacet(description=entry.get("cmd", ""))})
+        run_facets = {"parent": parent_facet, "processing_engine": engine,
+                      "tokenmill_run": TokenmillRunFacet(params=record.get("params") or {}, runIdHash=record["run_id"],
+                                                         seconds=float(record.get("seconds") or 0),
+                                                         host=record.get("host") or "")}
+        inputs = [_dataset(project, d, InputDataset) for d in entry.get("deps") or []]
+        outputs = [_dataset(project, o, OutputDataset, _output_facets(project, o)) for o in entry.get("outs") or []]
+        for state, when in ((RunState.START, start), (RunState.COMPLETE, end)):
+            event = RunEvent(eventType=state, eventTime=when, run=Run(runId=run_id, facets=run_facets), job=job,
+                             producer=PRODUCER, inputs=inputs, outputs=outputs)
+            out.append(json.loads(Serde.to_json(event)))
+    return out
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tokenmill")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _head(project: Path) -> str:
+    import subprocess
+
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True)
+    return proc.stdout.strip() or "workspace"
+
+
+def write(evts: list[dict], out_dir: str | Path) -> Path:
+    """NDJSON, one event a line; the count already delivered restarts at 0 when the events change."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / EVENTS
+    text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in evts)
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+        (out_dir / SENT).write_text("0\n")
+    return path
+
+
+def send(out_dir: str | Path, url: str | None = None, api_key: str | None = None, timeout: float = 5.0,
+         retry: dict | None = None) -> tuple[int, int]:
+    """Send the file's events not yet delivered through the client's HTTP transport, in order; returns
+    (sent now, total). Stops at the first event the endpoint does not take after the client's retries: the
+    rest stay in the file and the next call goes on from there."""
+    from openlineage.client.transport.http import ApiKeyTokenProvider, HttpConfig, HttpTransport, TokenProvider
+
+    out_dir = Path(out_dir)
+    url = url or os.environ.get("OPENLINEAGE_URL")
+    if not url:
+        raise OpenLineageError("no endpoint: set OPENLINEAGE_URL (and OPENLINEAGE_API_KEY if it needs one)")
+    key = api_key or os.environ.get("OPENLINEAGE_API_KEY")
+    auth = ApiKeyTokenProvider({"apiKey": key}) if key else TokenProvider({})
+    config = HttpConfig(url=url, auth=auth, timeout=timeout)
+    if retry is not None:
+        config.retry = retry
+    transport = HttpTransport(config)
+    lines = (out_dir / EVENTS).read_text().splitlines()
+    done = int((out_dir / SENT).read_text().strip() or 0) if (out_dir / SENT).is_file() else 0
+    sent = 0
+    try:
+        for line in lines[done:]:
+            transport.emit(json.loads(line))
+            sent += 1
+            (out_dir / SENT).write_text(f"{done + sent}\n")
+    except Exception as exc:
+        raise OpenLineageError(f"{done + sent} of {len(lines)} events delivered to {url}; the endpoint "
+                              f"refused the next after retries ({type(exc).__name__}); run again to send the "
+                              f"remaining {len(lines) - done - sent}") from exc
+    return sent, len(lines)
