@@ -132,8 +132,7 @@ def map_document_shards(stage: str, input_dir: str | Path, processor: type[Proce
     result.input_hashes[input_dir.name] = input_id(input_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
     tasks = [ShardTask(stage, processor, dict(params), str(p), str(out_dir)) for p in shards]
-    with make_executor(execution_cfg) as ex:
+    with make_executor(execution_cfg, result.timing) as ex:
         for counts in ex.map(process_shard, tasks, desc=stage):
             result.add_counts(counts["counts"])
-    result.timing["placement"] = ex.placement
     return result

@@ -234,7 +234,7 @@ def deduplicate(input_dir: str | Path, params: Mapping[str, Any] | None, executi
     (out_dir / "documents").mkdir(parents=True)
     (out_dir / "decisions").mkdir(parents=True)
     stats: dict[str, Any] = {}
-    with make_executor(exe) as ex:
+    with make_executor(exe, result.timing) as ex:
         sketch = [SketchTask(i, str(s), str(work), p, bands, rows) for i, s in enumerate(shards)]
         ex.map(sketch_shard, sketch, desc="dedup sketch")
         if shards:
@@ -242,7 +242,6 @@ def deduplicate(input_dir: str | Path, params: Mapping[str, Any] | None, executi
         apply = [ApplyTask(i, str(s), str(out_dir), str(work), p) for i, s in enumerate(shards)]
         for counts in ex.map(apply_shard, apply, desc="dedup apply"):
             result.add_counts(counts["counts"])
-    result.timing["placement"] = ex.placement
     shutil.rmtree(work, ignore_errors=True)
     result.extra["lsh"] = {"bands": bands, "rows": rows, "num_perm": p["near"]["num_perm"],
                            "threshold": p["near"]["threshold"],

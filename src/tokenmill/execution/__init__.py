@@ -49,11 +49,12 @@ def task_error(desc: str, task: Any, exc: BaseException) -> TaskError:
 
 class Executor:
     """placement: how many tasks each node ran (its host name here, its Ray node id on a cluster), summed over
-    the executor's maps; a stage puts it in its run record, which is how a run on a cluster shows where its
-    tasks went."""
+    the executor's maps. Given a stage's `timing` (make_executor), it is written there when the executor
+    closes, so every per-shard stage's run record shows where its tasks went."""
 
     name = "base"
     placement: dict[str, int]
+    timing: dict | None = None
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], desc: str = "") -> list[Any]:
         raise NotImplementedError
@@ -65,6 +66,8 @@ class Executor:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.timing is not None:
+            self.timing["placement"] = dict(self.placement)
         self.close()
 
 
@@ -216,11 +219,12 @@ class RayExecutor(Executor):
             self._ray.shutdown()
 
 
-def make_executor(cfg: Mapping[str, Any] | None) -> Executor:
-    """cfg is params.yaml's `execution` section: backend (local | ray), workers, ray_address."""
+def make_executor(cfg: Mapping[str, Any] | None, timing: dict | None = None) -> Executor:
+    """cfg is params.yaml's `execution` section: backend (local | ray), workers, ray_address. timing: the
+    stage's run-record timing (StageResult.timing), which gets the executor's placement when it closes."""
     from tokenmill.params import resolve
 
     cfg = resolve("execution", cfg)
-    if cfg["backend"] == "ray":
-        return RayExecutor(cfg["ray_address"], cfg["workers"])
-    return LocalExecutor(cfg["workers"])
+    ex = RayExecutor(cfg["ray_address"], cfg["workers"]) if cfg["backend"] == "ray" else LocalExecutor(cfg["workers"])
+    ex.timing = timing
+    return ex

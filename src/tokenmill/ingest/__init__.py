@@ -219,12 +219,11 @@ def ingest_sources(sources: list[Source], ingest_cfg: Mapping, execution_cfg: Ma
                                     shard=f"{src.name}-{i:05d}", out_dir=str(out_dir), extractor=extractor,
                                     max_payload_bytes=ingest_cfg["max_payload_bytes"],
                                     fields=fields))
-    with make_executor(execution_cfg) as ex:
+    result = StageResult()
+    with make_executor(execution_cfg, result.timing) as ex:
         results = ex.map(ingest_file, tasks, desc="ingest")
     if tasks and not any(k.startswith("keep:") for r in results for k in r["counts"]):
         raise SourceError(_nothing_read(results))
-    result = StageResult()
-    result.timing["placement"] = ex.placement
     for r in results:
         result.add_counts(r["counts"])
         result.input_hashes[r["file"]] = r["sha1"]

@@ -341,9 +341,8 @@ def score_and_cut(input_dir: str | Path, params: Mapping, execution_cfg: Mapping
     scratch.mkdir()
     tasks = [(str(p), str(out_dir), seed, folds, int(params["max_chars"]), list(params["cut_buckets"]),
               str(scratch)) for p in shards]
-    with make_executor(execution_cfg) as ex:
+    with make_executor(execution_cfg, result.timing) as ex:
         scores = np.concatenate([np.array([])] + ex.map(score_shard, tasks, desc="quality scores"))
-    result.timing["placement"] = ex.placement
     spread = score_spread(scores)
     result.metrics["crawl_score_spread"] = round(spread, 4)
     skipped = None

@@ -203,9 +203,8 @@ def tokenize_documents(input_dir: str | Path, tokenizer_dir: str | Path, scores_
     result.extra["quality_tier_cutoffs"] = tiers
     tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,
                           str(tok_dir), str(out_dir), tiers) for p in shards]
-    with make_executor(execution_cfg) as ex:
+    with make_executor(execution_cfg, result.timing) as ex:
         results = ex.map(tokenize_shard, tasks, desc=STAGE)
-    result.timing["placement"] = ex.placement
     # Consumers (mixture, training) need these without loading the tokenizer.
     result.extra.update({"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name})
     result.metrics.update({"documents_tokenized": sum(r["documents"] for r in results),
