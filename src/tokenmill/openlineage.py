@@ -41,6 +41,8 @@ from openlineage.client.facet_v2 import (dataset_version_dataset, documentation_
                                          schema_dataset)
 from openlineage.client.serde import Serde
 
+from tokenmill.runtime import library_versions, read_manifest
+
 NAMESPACE = "tokenmill"
 PRODUCER = "https://github.com/tokenmill/tokenmill"
 _IDS = uuid.UUID("6f1d0a52-8c1e-4b7e-9a43-2f0b7c1d5e11")  # uuid5 namespace of tokenmill's run ids
@@ -118,9 +120,8 @@ def _output_facets(project: Path, out: dict) -> dict[str, Any]:
         facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
             rowCount=sum(pq.read_metadata(f).num_rows for f in same), size=int(out.get("size") or 0),
             fileCount=len(same))
-    manifest = path / "manifest.json"
-    if path.is_dir() and manifest.is_file():
-        m = json.loads(manifest.read_text())
+    if path.is_dir() and (path / "manifest.json").is_file():
+        m = read_manifest(path)
         counts = m.get("counts") or {}
         if "in" in counts and "out" in counts:
             facets["tokenmill_decisions"] = TokenmillDecisionsFacet(
@@ -132,7 +133,7 @@ def _output_facets(project: Path, out: dict) -> dict[str, Any]:
 
 
 def _dataset(project: Path, entry: dict, cls, facets: dict | None = None):
-    version = entry.get("md5") or entry.get("hash") or ""
+    version = entry.get("md5", "")  # dvc.lock's `hash` key names the algorithm (md5), not a hash
     return cls(namespace=f"file://{project}", name=entry["path"],
                facets={"version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=version)},
                **({"outputFacets": facets} if facets else {}))
@@ -152,7 +153,8 @@ def events(project: str | Path = ".", parent: str | None = None) -> list[dict]:
     parent = parent or _head(project)
     parent_facet = parent_run.ParentRunFacet(
         run=parent_run.Run(runId=_uuid("pipeline", parent)), job=parent_run.Job(namespace=NAMESPACE, name="pipeline"))
-    engine = processing_engine_run.ProcessingEngineRunFacet(version=_version(), name="tokenmill")
+    engine = processing_engine_run.ProcessingEngineRunFacet(version=library_versions(("tokenmill",))["tokenmill"],
+                                                            name="tokenmill")
     out: list[dict] = []
     for stage, entry in lock["stages"].items():
         record_path = project / "runs" / f"{stage}.json"
@@ -175,15 +177,6 @@ def events(project: str | Path = ".", parent: str | None = None) -> list[dict]:
                              producer=PRODUCER, inputs=inputs, outputs=outputs)
             out.append(json.loads(Serde.to_json(event)))
     return out
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tokenmill")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _head(project: Path) -> str:
