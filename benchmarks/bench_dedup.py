@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchlib import peak_rss_mb
 from tokenmill import schema
 from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.stage import SketchTask, _binary_column, lsh_shape, resolve_params, sketch_shard
@@ -245,15 +246,6 @@ def make_synthetic(work: Path, n_docs: int, shards: int, seed: int = 5) -> dict:
             "bands": bands, "rows": rows, "sig_bytes": num_perm * 4}
 
 
-def _peak_rss_mb() -> int:
-    """This process's own peak RSS (VmHWM). Not ru_maxrss: Linux carries the parent's high-water mark across
-    fork and exec into it, so a child started by a parent holding 2 GB reports at least 2 GB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024)
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # not Linux
-
-
 def cluster_child(work: Path, memory_limit: str, threads: int) -> None:
     """Runs in a subprocess so that its peak RSS is the clustering step's own."""
     p = resolve_params({})
@@ -284,7 +276,7 @@ def cluster_child(work: Path, memory_limit: str, threads: int) -> None:
     print(json.dumps({**{k: round(v, 2) for k, v in t.items()}, **stats, "exact_duplicates": int(n_exact),
                       "steps_s": steps, "planted_found": int(found[0]),
                       "unplanted_in_clusters": int(found[1]), "impure_clusters": int(impure),
-                      "peak_rss_mb": _peak_rss_mb()}))
+                      "peak_rss_mb": round(peak_rss_mb())}))
 
 
 def bench_clustering(work: Path, n_docs: int, memory_limit: str, threads: int) -> dict:

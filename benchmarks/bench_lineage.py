@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from benchlib import peak_rss_mb
 from tokenmill import schema
 
 TITLE = "## The lineage build from 1 to 10 million documents"
@@ -426,14 +427,6 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _hwm_mb() -> int:
-    """This process's own peak RSS (VmHWM). ru_maxrss is not it in a child: Linux carries the parent's high-water
-    mark at fork (or the whole parent's, with vfork) across exec, so a child of a parent holding 400 MB reports
-    400 MB before it has done anything."""
-    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:"))
-    return round(int(line.split()[1]) / 1024)
-
-
 def build_child(data_root: Path, out_dir: Path, memory_limit: str, threads: int, tokens: bool) -> None:
     """Runs in its own process so that the peak RSS is the build's: build_database as the lineage stage calls
     it, with the connection's memory limit and threads set, and each of its steps timed."""
@@ -456,14 +449,14 @@ def build_child(data_root: Path, out_dir: Path, memory_limit: str, threads: int,
 
     for name in ("build", "verify", "funnel"):
         setattr(lineage, name, timed(name, getattr(lineage, name)))
-    rss_before = _hwm_mb()
+    rss_before = round(peak_rss_mb())
     t, c = time.perf_counter(), _cpu()
     result = lineage.build_database(data_root, STAGES, SOURCES, out_dir, "tokenize" if tokens else None, None,
                                     None, out_dir / "plots", execution)
     wall, cpu = time.perf_counter() - t, _cpu() - c
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(json.dumps({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "steps": steps,
-                      "peak_rss_mb": _hwm_mb(), "rss_before_mb": rss_before,
+                      "peak_rss_mb": round(peak_rss_mb()), "rss_before_mb": rss_before,
                       "ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                       "children_peak_rss_mb": round(kids.ru_maxrss / 1024),
                       "children_cpu_s": round(kids.ru_utime + kids.ru_stime, 2),

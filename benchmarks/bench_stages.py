@@ -67,7 +67,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import machine, write_section
+from benchlib import machine, peak_rss_mb, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data"
@@ -100,18 +100,9 @@ def _usage() -> tuple[float, float]:
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
-def _peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM). Not ru_maxrss: Linux carries that over from the parent
-    across fork + exec, so every child would report at least the driver's peak."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _timed(fn) -> dict:
     """Run fn once: its result, wall seconds, CPU seconds of this process and of its finished children."""
-    rss_before = _peak_rss_mb()
+    rss_before = peak_rss_mb()
     (s0, c0), t0 = _usage(), time.perf_counter()
     out = fn()
     wall = time.perf_counter() - t0
@@ -119,7 +110,7 @@ def _timed(fn) -> dict:
     # Children's ru_maxrss (pool workers, the fastText trainer) includes what they inherited at fork: an
     # upper bound on their own peak.
     return {"result": out, "seconds": wall, "cpu_seconds": (s1 - s0) + (c1 - c0), "cpu_children": c1 - c0,
-            "rss_before_mb": rss_before, "peak_rss_mb": _peak_rss_mb(),
+            "rss_before_mb": rss_before, "peak_rss_mb": peak_rss_mb(),
             "peak_child_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
@@ -518,7 +509,7 @@ def dt_child(name: str, work: Path) -> dict:
             if mode == "first_failure":
                 (work / "cmp").mkdir(exist_ok=True)
                 (work / "cmp" / "dt_filter_core.json").write_text(json.dumps(decisions), encoding="utf-8")
-        r = {"runs": runs, "docs": len(docs), "mb": _text_mb(d.text for d in docs), "peak_rss_mb": _peak_rss_mb(),
+        r = {"runs": runs, "docs": len(docs), "mb": _text_mb(d.text for d in docs), "peak_rss_mb": peak_rss_mb(),
              "seconds": runs["first_failure"]["seconds"], "cpu_seconds": runs["first_failure"]["cpu_seconds"]}
     elif name == "dt-pii-core":
         from datatrove.pipeline.formatters import PIIFormatter

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import resource
 from importlib import metadata
 from pathlib import Path
 
@@ -24,6 +25,16 @@ def machine(libraries: tuple[str, ...] | list[str]) -> dict:
             versions[lib] = "not installed"
     return {"nproc": len(os.sched_getaffinity(0)), "cpu": cpu, "ram_gib": mem_kb / 2**20,
             "python": platform.python_version(), "versions": versions, "os": platform.platform()}
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak resident set (VmHWM), in MiB. Not ru_maxrss: Linux carries the parent's
+    high-water mark across fork and exec into it, so a child started by a parent holding 2 GB reports at least
+    2 GB before it has done anything."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
 
 
 def write_section(out: Path, title: str, text: str) -> None:
