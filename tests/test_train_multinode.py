@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from tokenmill.train.config import parse_run
 from tokenmill.train.stage import torchrun_command
-from train_helpers import PROJECT_ROOT, build_corpus, free_port, tiny_run
+from train_helpers import PROJECT_ROOT, RANK_ENV, build_corpus, free_port, tiny_run
 
 STEPS = 8
 HSDP = {"dp_replicate": 2, "dp_shard": 2}  # 4 ranks: the replicas span the nodes, the shards stay inside one
@@ -32,27 +32,36 @@ def corpus(tmp_path_factory) -> Path:
     return build_corpus(tmp_path_factory.mktemp("train_corpus"))
 
 
-def _launch(nodes: int, tmp: Path, corpus: Path, out: Path, *extra: str, nproc: int | None = None) -> list[str]:
-    """Train into `out` on `nodes` nodes of 4 / nodes ranks (or 1 node of `nproc` ranks): every node runs
-    the command the stage builds, concurrently, as srun would start it; returns the nodes' logs."""
-    nproc = nproc or 4 // nodes
-    parallel = HSDP if nproc * nodes == 4 else {}
-    run = tiny_run(max_steps=STEPS, parallel=parallel, launch={"nnodes": nodes, "nproc_per_node": nproc})
-    parse_run(run)
-    config = tmp / f"{out.name}-{nodes}x{nproc}.json"
-    config.write_text(json.dumps(run))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    if nodes > 1:  # as on every node of a job: the head's address, from the environment
-        env["TOKENMILL_RDZV_ENDPOINT"] = f"127.0.0.1:{free_port()}"
-    with mock.patch.dict(os.environ, env):
-        cmd = torchrun_command(parse_run(run).train.launch, config, corpus, out, None, corpus / "mixture",
-                               corpus / "tokenize")
-    procs = [subprocess.Popen(cmd + list(extra), env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(nodes)]
+def _rendezvous(nodes: int) -> dict:
+    """What every node of a multi-node job has in its environment: the head's rendezvous address."""
+    return {"TOKENMILL_RDZV_ENDPOINT": f"127.0.0.1:{free_port()}"} if nodes > 1 else {}
+
+
+def _on_nodes(nodes: int, cmd: list[str], env: dict) -> list[str]:
+    """`cmd` started `nodes` times at once, as srun starts one task per node; each must succeed. Returns their
+    output."""
+    env = {**os.environ, **RANK_ENV, **env}
+    procs = [subprocess.Popen(cmd, env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(nodes)]
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-6000:]
     return logs
+
+
+def _launch(nodes: int, tmp: Path, corpus: Path, out: Path, *extra: str, nproc: int | None = None) -> None:
+    """Train into `out` on `nodes` nodes of 4 / nodes ranks (or 1 node of `nproc` ranks), every node running
+    the torchrun command the stage builds."""
+    nproc = nproc or 4 // nodes
+    parallel = HSDP if nproc * nodes == 4 else {}
+    run = tiny_run(max_steps=STEPS, parallel=parallel, launch={"nnodes": nodes, "nproc_per_node": nproc})
+    config = tmp / f"{out.name}-{nodes}x{nproc}.json"
+    config.write_text(json.dumps(run))
+    rendezvous = _rendezvous(nodes)
+    with mock.patch.dict(os.environ, rendezvous):
+        cmd = torchrun_command(parse_run(run).train.launch, config, corpus, out, None, corpus / "mixture",
+                               corpus / "tokenize")
+    _on_nodes(nodes, cmd + list(extra), rendezvous)
 
 
 STAGE = """
@@ -63,23 +72,15 @@ run_train_stage("pretrain", run, sys.argv[2], "mixture", "tokenize", sys.argv[3]
 """
 
 
-def _stage_on_two_nodes(tmp: Path, corpus: Path, out: Path) -> list[str]:
+def _stage_on_two_nodes(tmp: Path, corpus: Path, out: Path) -> None:
     """The training stage itself (tokenmill.train.stage.run_train_stage, what stages/train.py calls) started
     on two nodes at once, as `srun --nodes 2 python stages/train.py pretrain ...` would: each checks the run,
     stamps the output, launches its torchrun and records the run."""
     run = tiny_run(max_steps=STEPS, parallel=HSDP, launch={"nnodes": 2, "nproc_per_node": 2})
     config = tmp / "stage-run.json"
     config.write_text(json.dumps(run))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-           "TOKENMILL_RDZV_ENDPOINT": f"127.0.0.1:{free_port()}"}
-    args = [sys.executable, "-c", STAGE, str(config), str(corpus), str(out), str(tmp / "metrics.json"),
-            str(tmp / "runs")]
-    procs = [subprocess.Popen(args, env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for _ in range(2)]
-    logs = [p.communicate(timeout=300)[0] for p in procs]
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log[-6000:]
-    return logs
+    _on_nodes(2, [sys.executable, "-c", STAGE, str(config), str(corpus), str(out), str(tmp / "metrics.json"),
+                  str(tmp / "runs")], _rendezvous(2))
 
 
 def _steps(out: Path) -> list[dict]:

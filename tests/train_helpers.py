@@ -126,6 +126,10 @@ def tiny_run(**train_overrides) -> dict:
     return {"model": model, "train": train}
 
 
+# Every rank on this machine: one OpenMP thread, gloo over loopback.
+RANK_ENV = {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -137,7 +141,7 @@ def torchrun(nproc: int, script_args: list[str], env: dict | None = None, timeou
     """Run `torchrun --nproc-per-node nproc <args>` with gloo on 127.0.0.1, one thread per rank."""
     cmd = [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", str(nproc), "--nnodes", "1",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *script_args]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
+    full_env = {**os.environ, **RANK_ENV, **(env or {})}
     proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, cwd=PROJECT_ROOT)
     if check and proc.returncode != 0:
         raise AssertionError(f"torchrun exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
