@@ -37,8 +37,7 @@ class Node:
         self.proc = subprocess.Popen([RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
                                       "--resources", json.dumps({f"{name}_node": 1}), "--temp-dir", self.temp,
                                       "--disable-usage-stats", *args],
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def processes(self) -> list[psutil.Process]:
         """This node's processes, found by the temporary directory on their command lines."""
