@@ -69,8 +69,14 @@ def test_every_document_decodes_from_its_span(tokenized):
     data, docs, manifest = tokenized
     tok = Tokenizer(data / "tokenizer")
     index = [r for p in sorted((data / "tokenize" / "index").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
-    assert sorted(r["doc_id"] for r in index) == sorted(d["doc_id"] for d in docs)
-    text = {d["doc_id"]: d["text"] for d in docs}
+    # The planted canaries (tokenize.canaries, by default 2 sets x 5 visit counts, and 2 controls of 0 visits
+    # that are only scored) are documents of their own.
+    listed = pq.read_table(data / "tokenize" / "canaries.parquet").to_pylist()
+    planted = {c["doc_id"]: c["prefix"] + c["secret"] for c in listed if c["planned_visits"] > 0}
+    assert len(listed) == 12 and len(planted) == 10
+    assert sorted(r["doc_id"] for r in index) == sorted([d["doc_id"] for d in docs] + list(planted))
+    assert {r["bucket"] for r in index if r["doc_id"] in planted} == {"canary"}
+    text = {**{d["doc_id"]: d["text"] for d in docs}, **planted}
     assert manifest["dtype"] == "uint16" and manifest["eos_id"] == tok.eos_id
     for r in index:
         tokens = np.fromfile(data / "tokenize" / r["shard"], dtype=np.uint16)
@@ -124,7 +130,7 @@ def test_lossy_model_is_encoded_whole(tmp_path):
 def test_buckets_and_quality_tiers(tokenized):
     data, docs, manifest = tokenized
     buckets = {p.name for p in (data / "tokenize" / "tokens").iterdir()}
-    assert buckets == {"web", "code", "reference"}
+    assert buckets == {"web", "code", "reference", "canary"}  # canary: the planted canaries
     assert {p.name for p in (data / "tokenize" / "tokens" / "web").iterdir()} == {"high", "low"}
     cut = manifest["quality_tier_cutoffs"]["web"]
     assert cut["low"] == 0.0 and 0.0 < cut["high"] < 1.0  # the median of the web documents' scores

@@ -44,9 +44,12 @@ def _documents(text_dir: Path) -> dict[str, list[str]]:
     return {"reference": articles, "books": [s for s in scenes if s]}
 
 
-def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7, vocab_size: int = VOCAB) -> Path:
+def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7, vocab_size: int = VOCAB,
+                 canaries: dict | None = None) -> Path:
     """Write root/tokenize (manifest.json, tokens/<bucket>/00000.bin, index) and root/mixture (plan.parquet,
-    heldout.parquet) as the tokenize and mixture stages lay them out; returns root."""
+    heldout.parquet) as the tokenize and mixture stages lay them out; returns root. canaries: a
+    `tokenize.canaries` section to plant (tokenmill.canaries), as the two stages do."""
+    from tokenmill import canaries as planting
     from tokenmill import schema
     from tokenmill.mixture import build_plan, parse_phases
     from tokenmill.tokenize import INDEX
@@ -68,12 +71,16 @@ def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7, vocab_s
             rows.append({"doc_id": f"{bucket}-{i:05d}", "source": bucket, "bucket": bucket, "shard": rel,
                          "offset": int(off), "length": int(n) - 1})
     schema.write_parquet(rows, INDEX, out / "index" / "00000.parquet")
+    planted = planting.plant(canaries, tok, out) if canaries else []
+    rows += planted
     (out / "manifest.json").write_text(json.dumps({"stage": "tokenize", "vocab_size": tok.vocab_size,
                                                    "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name}))
     phases = parse_phases({"bulk": {"fraction": 0.75, "weights": {"reference": 0.6, "books": 0.4}},
                            "anneal": {"fraction": 0.25, "weights": {"reference": 0.8, "books": 0.2}}})
     result = build_plan(pa.Table.from_pylist(rows, schema=INDEX), phases, token_budget, seed,
-                        max_epochs=4.0, heldout_fraction=0.05)
+                        max_epochs=4.0, heldout_fraction=0.05,
+                        canaries={c["doc_id"]: c["planned_visits"] for c in planting.design(canaries)
+                                  if c["planned_visits"]} if canaries else None)
     mix = root / "mixture"
     schema.write_parquet(result["plan"], result["plan"].schema, mix / "plan.parquet")
     held = result["heldout"].select(["doc_id", "bucket", "shard", "offset", "length"])

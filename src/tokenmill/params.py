@@ -469,9 +469,27 @@ class Tokenizer(_Section):
         return self
 
 
+class Canaries(_Section):
+    """Secrets planted to measure memorisation (tokenmill.canaries): `sets` canaries per visit count."""
+    sets: Count = 2  # 0: none planted
+    # planned visits of each canary in the training stream; 0: a control, scored but never planted
+    visits: list[Count] = [0, 1, 2, 4, 8, 16]
+    digits: Annotated[int, Field(ge=4, le=32)] = 10  # of the secret: 10^digits secrets of the format
+    candidates: Annotated[int, Field(ge=1)] = 999  # random secrets each is ranked among: exposure <= log2(N+1)
+    seed: int = 0
+
+    @field_validator("visits")
+    @classmethod
+    def _distinct(cls, v):
+        if len(set(v)) != len(v):  # a canary is named by its set and visit count
+            raise ValueError(f"expected distinct visit counts, got {v}")
+        return v
+
+
 class Tokenize(_Section):
     # bucket -> {tier: minimum quality quantile}; a given mapping replaces the default whole ({} or null: none)
     quality_tiers: dict[str, dict[str, Fraction]] | None = {"web": {"high": 0.5, "low": 0.0}}
+    canaries: Canaries = Canaries()
 
     @field_validator("quality_tiers")
     @classmethod

@@ -33,7 +33,8 @@ def resolve_params(params: dict | None) -> dict:
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
 STAGE_TABLES = {"decontaminate": ["contamination"]}
 # Tables of the token stage and the plan stage: name -> Parquet glob under that stage's output.
-TOKEN_TABLES = {"token_index": "index/*.parquet"}  # doc_id, source, bucket, shard, offset, length
+TOKEN_TABLES = {"token_index": "index/*.parquet",  # doc_id, source, bucket, shard, offset, length
+                "canaries": "canaries.parquet"}  # the planted canaries (tokenmill.canaries.CANARIES)
 PLAN_TABLES = {
     "plan": "plan.parquet",  # the training stream, document by document
     "plan_documents": "documents.parquet",  # per document: held out?, planned repeats, phases
@@ -226,7 +227,10 @@ def verify(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[str]:
             "curated but not tokenized": f"SELECT doc_id FROM stage_outputs WHERE stage = '{last}' "
                                          f"EXCEPT SELECT doc_id FROM token_index",
             "tokenized but not curated": f"SELECT doc_id FROM token_index "
-                                         f"EXCEPT SELECT doc_id FROM stage_outputs WHERE stage = '{last}'",
+                                         f"EXCEPT SELECT doc_id FROM stage_outputs WHERE stage = '{last}' "
+                                         f"EXCEPT SELECT doc_id FROM canaries",  # planted at tokenize
+            "canary not planted as listed": "SELECT doc_id FROM canaries WHERE planned_visits > 0 "
+                                            "EXCEPT SELECT doc_id FROM token_index WHERE source = 'canary'",
             "tokenized more than once": "SELECT doc_id FROM token_index GROUP BY doc_id HAVING count(*) > 1",
         }
         if "plan" in tables:
@@ -314,7 +318,7 @@ def step_spans(con: duckdb.DuckDBPyConnection, window: int) -> tuple[int, list[t
 
 RUN_TABLES = {"train_steps": "steps.parquet", "train_spikes": "spikes.parquet", "train_heldout": "heldout.parquet",
               "train_health": "health.parquet", "train_health_alarms": "health_alarms.parquet",
-              "train_rollbacks": "rollbacks.parquet"}
+              "train_rollbacks": "rollbacks.parquet", "train_canaries": "canaries.parquet"}
 
 
 def run_records(runs_dir: str | Path) -> pa.Table:
@@ -350,10 +354,48 @@ def training_tables(train_root: str | Path) -> dict[str, pa.Table]:
     return {name: pa.concat_tables(parts, promote_options="default") for name, parts in out.items() if parts}
 
 
+# Per-item scores the evaluate stage writes (samples/<task>.jsonl); the held-out bits-per-byte is per document.
+ITEM_METRICS = ("acc", "acc_norm", "prob_norm", "bpb")
+_SPLIT = ("all", "all_stderr", "clean", "clean_stderr", "dirty", "difference", "difference_stderr")
+
+
+def evaluation_tables(evaluate_root: str | Path) -> dict[str, pa.Table]:
+    """eval_items (one row per benchmark item the evaluate stage scored: benchmark, item_id, dirty and its
+    ITEM_METRICS) and eval_scores (per benchmark and metric: the score on all, clean and dirty items and the
+    difference), from data/evaluate; none before the evaluate stage has run."""
+    results_file = Path(evaluate_root) / "results.json"
+    if not results_file.is_file():
+        return {}
+    try:
+        results = json.loads(results_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{results_file} is not valid JSON ({exc}): rerun `dvc repro evaluate`") from None
+    items, scores = [], []
+    for name, bench in sorted(results["benchmarks"].items()):
+        if "samples" not in bench:  # skipped: missing optional file, or a format it cannot score
+            continue
+        with open(Path(evaluate_root) / bench["samples"], encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                items.append({"benchmark": name, "item_id": row["item_id"], "dirty": row["dirty"],
+                              **{m: row.get(m) for m in ITEM_METRICS}})
+        for metric, split in sorted(bench["metrics"].items()):
+            scores.append({"benchmark": name, "metric": metric, "items": bench["items"],
+                           "dirty_items": bench["dirty_items"], **{k: split.get(k) for k in _SPLIT}})
+    item_schema = pa.schema([("benchmark", pa.string()), ("item_id", pa.string()), ("dirty", pa.bool_())]
+                            + [(m, pa.float64()) for m in ITEM_METRICS])
+    score_schema = pa.schema([("benchmark", pa.string()), ("metric", pa.string()), ("items", pa.int64()),
+                              ("dirty_items", pa.int64())] + [(k, pa.float64()) for k in _SPLIT])
+    return {"eval_items": pa.Table.from_pylist(items, item_schema),
+            "eval_scores": pa.Table.from_pylist(scores, score_schema)}
+
+
 def audit_tables(project: str | Path = ".") -> dict[str, pa.Table]:
-    """What the audit connection registers beside the database: stage_runs and the training tables."""
+    """What the audit connection registers beside the database: stage_runs, the training tables and the
+    evaluation's per-item scores."""
     project = Path(project)
-    return {"stage_runs": run_records(project / "runs"), **training_tables(project / "data" / "train")}
+    return {"stage_runs": run_records(project / "runs"), **training_tables(project / "data" / "train"),
+            **evaluation_tables(project / "data" / "evaluate")}
 
 
 def training_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -373,6 +415,30 @@ def steps_of_document(con: duckdb.DuckDBPyConnection, doc_id: str) -> list[tuple
         FROM plan p JOIN train_steps s
           ON s.stream_window BETWEEN p.stream_start // ? AND (p.stream_start + p.length) // ?
         WHERE p.doc_id = ? ORDER BY s.run, s.step""", [per_step, per_step, doc_id]).fetchall()
+
+
+def canary_exposure(con: duckdb.DuckDBPyConnection, canary: str | None = None) -> list[dict]:
+    """One row per training run and planted canary (tokenmill.canaries): its document, planned visits, the
+    visits the run trained (plan visits with a step of the run that read them and applied its update: a
+    scout reads part of the stream) and its exposure in the run's final model. Empty before any run."""
+    tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    if not {"canaries", "train_canaries", "plan"} <= tables:
+        return []
+    per_step = _tokens_per_step(con)
+    rel = con.execute("""
+        WITH trained AS (
+            SELECT s.run, p.doc_id, count(DISTINCT p.position) AS visits, list(DISTINCT s.step ORDER BY s.step) AS steps
+            FROM plan p JOIN canaries c USING (doc_id) JOIN train_steps s
+              ON s.stream_window BETWEEN p.stream_start // $1 AND (p.stream_start + p.length) // $1
+            WHERE NOT s.skipped GROUP BY ALL)
+        SELECT e.run, c.canary, c.doc_id, c.planned_visits, coalesce(t.visits, 0) AS trained_visits,
+               coalesce(t.steps, []) AS steps, e.exposure, e.exposure_fit, e.rank, e.candidates, e.loglikelihood
+        FROM canaries c JOIN train_canaries e USING (doc_id)
+        LEFT JOIN trained t ON t.run = e.run AND t.doc_id = c.doc_id
+        WHERE $2 IS NULL OR c.canary = $2
+        ORDER BY e.run, c.planned_visits, c.canary""", [per_step, canary])
+    names = [d[0] for d in rel.description]
+    return [dict(zip(names, r)) for r in rel.fetchall()]
 
 
 def _tokens_per_step(con: duckdb.DuckDBPyConnection) -> int:

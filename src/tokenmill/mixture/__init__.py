@@ -101,14 +101,24 @@ def split_heldout(index: pa.Table, fraction: float, seed: int) -> pa.Array:
 
 def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: int,
                max_epochs: Mapping[str, float] | float = 4.0, heldout_fraction: float = 0.0,
-               cap_budget: bool = False) -> dict:
+               cap_budget: bool = False, canaries: Mapping[str, int] | None = None) -> dict:
     """index: columns doc_id, bucket, shard, offset, length. Returns plan, bucket summary, held-out ids.
 
     A bucket the budget would repeat more than its max_epochs stops the plan (MixtureError), unless
     cap_budget: then the budget shrinks to the most the epoch caps allow (the budget was derived, not asked
     for: a corpus too small for the model trains on what it has). The result's token_budget is the budget
     planned, requested_budget the one given, and capped_by the bucket that set the cap (None: not capped).
+
+    canaries: {doc_id: planned visits} of the index's canary documents (tokenmill.canaries). They are never
+    held out and never weighted: each is placed exactly that many times, at seeded places of the finished
+    stream (plant_canaries).
     """
+    canaries = dict(canaries or {})
+    if canaries:
+        planted = pc.is_in(index.column("doc_id"), pa.array(sorted(canaries), pa.string()))
+        canary_rows, index = index.filter(planted), index.filter(pc.invert(planted))
+        if canary_rows.num_rows != len(canaries):
+            raise MixtureError(f"mixture: {len(canaries)} canaries listed, {canary_rows.num_rows} in the token index")
     heldout_mask = split_heldout(index, heldout_fraction, seed)
     heldout = index.filter(heldout_mask)
     train = index.filter(pc.invert(heldout_mask))
@@ -181,6 +191,8 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
         placed.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
         rows.extend((ph.name, *r[1:]) for r in placed)
 
+    if canaries:
+        rows = plant_canaries(rows, canary_rows, canaries, seed)
     lengths = np.array([r[6] for r in rows], dtype=np.int64) + 1
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if rows else np.array([], dtype=np.int64)
     plan = pa.table({
@@ -192,6 +204,25 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
     }, schema=PLAN)
     return {"plan": plan, "heldout": heldout, "available": available, "wanted": wanted, "missing": missing,
             "token_budget": token_budget, "requested_budget": requested, "capped_by": capped_by}
+
+
+def plant_canaries(rows: list[tuple], canary_rows: pa.Table, visits: Mapping[str, int], seed: int) -> list[tuple]:
+    """rows (phase, bucket, doc_id, epoch, shard, offset, length) with each canary document inserted visits[doc]
+    times, visit v before the row at a seeded fraction of the stream: spread over the run, so a scout that
+    trains a part of the stream sees about that part of each canary's visits. epoch counts the visits."""
+    inserts = []
+    for c in canary_rows.to_pylist():
+        for v in range(visits[c["doc_id"]]):
+            at = int(_unit(seed, "canary", c["doc_id"], str(v)) * len(rows))
+            inserts.append((at, c["doc_id"], v, c))
+    out, i, seen = [], 0, {}
+    for at, doc_id, _, c in sorted(inserts, key=lambda x: x[:3]):
+        out.extend(rows[i:at])
+        i = max(i, at)
+        phase = rows[min(at, len(rows) - 1)][0] if rows else ""
+        seen[doc_id] = seen.get(doc_id, -1) + 1  # the epoch: visits in stream order
+        out.append((phase, c["bucket"], doc_id, seen[doc_id], c["shard"], int(c["offset"]), int(c["length"])))
+    return out + rows[i:]
 
 
 def tokens_per_step(train_cfg: Mapping) -> int:

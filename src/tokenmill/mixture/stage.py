@@ -10,7 +10,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill import schema
+from tokenmill import canaries, schema
 from tokenmill.mixture import build_plan, parse_phases, resolve_params, token_budget, tokens_per_step
 from tokenmill.params import check_section
 from tokenmill.runtime import ParamError, StageResult, input_id, read_manifest, write_plot_rows
@@ -43,8 +43,10 @@ def plan_mixture(input_dir: str | Path, mixture_cfg: Mapping, budget_cfg: Mappin
     out.input_hashes[tok.name] = input_id(tok)
     # A budget the user set is what they asked for: a corpus too small for it stops the plan. A derived one
     # (tokens_per_param x parameters) shrinks to what the epoch caps allow, with one warning line.
+    planted = pq.read_table(tok / canaries.TABLE).to_pylist() if (tok / canaries.TABLE).exists() else []
     result = build_plan(index, phases, budget, mixture_cfg["seed"], mixture_cfg["max_epochs"],
-                        mixture_cfg["heldout_fraction"], cap_budget=not budget_cfg.get("token_budget"))
+                        mixture_cfg["heldout_fraction"], cap_budget=not budget_cfg.get("token_budget"),
+                        canaries={c["doc_id"]: c["planned_visits"] for c in planted if c["planned_visits"] > 0})
     plan = result["plan"]
     if (by := result["capped_by"]) is not None:
         cap = mixture_cfg["max_epochs"].get(by, mixture_cfg["max_epochs"]["default"])
@@ -99,6 +101,7 @@ def plan_mixture(input_dir: str | Path, mixture_cfg: Mapping, budget_cfg: Mappin
         # A derived budget the corpus could not fill (see above): what was asked for, and that it was cut.
         "budget_capped": result["capped_by"] is not None, "requested_tokens": result["requested_budget"],
         "heldout_documents": result["heldout"].num_rows,
+        "canary_visits": sum(c["planned_visits"] for c in planted),  # planted secrets (tokenmill.canaries)
         "missing_buckets": ", ".join(result["missing"]),  # weighted by the preset, absent from the corpus
         "planned": {k: v["planned"] for k, v in sorted(per_bucket.items())},  # tokens, with repeats
         "epochs": {k: round(v["planned"] / max(1, v["available"]), 3) for k, v in sorted(per_bucket.items())},

@@ -323,6 +323,41 @@ def contamination(con, plots: Plots) -> Section:
     return s
 
 
+def canaries(con, plots: Plots) -> Section:
+    """Exposure of the planted canaries against the visits each run trained (tokenmill.canaries)."""
+    from tokenmill.lineage import canary_exposure
+
+    s = Section("canaries", "Memorisation of planted canaries")
+    if "canaries" not in _tables(con):
+        return _not_run(s, "no canaries in the lineage (tokenize.canaries.sets is 0, or the lineage predates them)")
+    rows = canary_exposure(con)
+    if not rows:
+        return _not_run(s, "no training run has finished: exposure is measured in each run's final model")
+    top = max(r["candidates"] for r in rows) + 1
+    s.note = (f"Each canary is a random secret planted as a document and visited a set number of times. Exposure "
+              f"(Carlini et al. 2019) is log2 of how much likelier the model finds the secret than random ones of "
+              f"the same format: 0 bits is no memorisation, {math.log2(top):.1f} the most {top - 1} candidates "
+              f"can show; the extrapolated value fits a normal to the candidates.")
+    by: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        by.setdefault((r["run"], r["planned_visits"]), []).append(r)
+    s.html.append(table(["run", "planned visits", "canaries", "trained visits (mean)", "exposure (mean bits)",
+                         "extrapolated (mean bits)"],
+                        [(run, v, len(g), sum(r["trained_visits"] for r in g) / len(g),
+                          sum(r["exposure"] for r in g) / len(g), sum(r["exposure_fit"] for r in g) / len(g))
+                         for (run, v), g in sorted(by.items())]))
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for run in sorted({r["run"] for r in rows}):
+        mine = [r for r in rows if r["run"] == run]
+        ax.plot([r["trained_visits"] for r in mine], [r["exposure"] for r in mine], "o", alpha=0.7, label=run)
+    ax.set_xscale("symlog", base=2, linthresh=1)
+    ax.set_xlabel("visits trained")
+    ax.set_ylabel("exposure (bits)")
+    ax.legend(fontsize=8)
+    s.images.append(plots.save(fig, "canaries"))
+    return s
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Training
 

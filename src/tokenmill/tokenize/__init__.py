@@ -5,7 +5,8 @@ stage recorded (`tokenize.quality_tiers`), e.g. web/high and web/low. Tiers are 
 scores ({tier: quantile floor}), resolved once to absolute cut-offs recorded in the manifest: the
 classifier's absolute scores depend on what it was trained against, their order does not. Each input shard is one task: it
 writes tokens/<bucket>/<shard>.bin (uint16 when the vocabulary fits, else uint32; end-of-text after every
-document) and index/<shard>.parquet (doc_id, source, bucket, shard, offset, length).
+document) and index/<shard>.parquet (doc_id, source, bucket, shard, offset, length). The canaries of
+`tokenize.canaries` (tokenmill.canaries) are planted after them: tokens/canary/canaries.bin, index/canaries.parquet.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill import schema
+from tokenmill import canaries, schema
 from tokenmill.execution import make_executor
 from tokenmill.params import defaults, resolve
 from tokenmill.runtime import StageResult, input_id
@@ -205,8 +206,11 @@ def tokenize_documents(input_dir: str | Path, tokenizer_dir: str | Path, scores_
                           str(tok_dir), str(out_dir), tiers) for p in shards]
     with make_executor(execution_cfg, result.timing) as ex:
         results = ex.map(tokenize_shard, tasks, desc=STAGE)
+    # The canaries (tokenmill.canaries): their own token file and index shard, beside the documents'.
+    planted = canaries.plant(params["canaries"], tok, out_dir)
+    schema.write_parquet(planted, INDEX, Path(out_dir) / "index" / "canaries.parquet")
     # Consumers (mixture, training) need these without loading the tokenizer.
     result.extra.update({"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name})
-    result.metrics.update({"documents_tokenized": sum(r["documents"] for r in results),
+    result.metrics.update({"documents_tokenized": sum(r["documents"] for r in results), "canaries": len(planted),
                            "tokens": sum(r["tokens"] for r in results), "dtype": np.dtype(tok.dtype).name})
     return result

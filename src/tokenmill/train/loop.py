@@ -13,6 +13,7 @@ returned summary's "timing"):
     rollbacks.parquet       one row per rollback of an unrecovered loss excursion: ROLLBACKS (rollback.py)
     heldout.parquet         held-out loss per bucket at each evaluation: HELDOUT
     benchmarks.parquet      in-loop benchmark scores at each evaluation (when an evalset is given): BENCHMARKS
+    canaries.parquet        the exposure of each planted canary in the final model: tokenmill.canaries.EXPOSURE
     final/model.safetensors consolidated float32 weights (names of model.py; output.weight omitted when tied)
     final/config.json       model config, vocab_size, eos_id, seq_len: all the export stage needs
     summary.json            the summary without its "timing" part
@@ -42,6 +43,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill import schema
+from tokenmill.canaries import EXPOSURE, CanaryRequests
 from tokenmill.evaluate.evalset import METRICS, EvalSet, benchmark_means
 from tokenmill.train.checkpoint import Checkpointer
 from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run
@@ -495,6 +497,7 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
     schema.write_parquet(state["bench"], BENCHMARKS, out_dir / "benchmarks.parquet")
     schema.write_parquet(state["health"], HEALTH, out_dir / "health.parquet")
     schema.write_parquet(state["health_alarms"], HEALTH_ALARMS, out_dir / "health_alarms.parquet")
+    schema.write_parquet(state["canaries"], EXPOSURE, out_dir / "canaries.parquet")
     final, tmp = out_dir / "final", out_dir / ".tmp-final"
     tmp.mkdir(parents=True, exist_ok=True)
     weights = {k: v.float().contiguous() for k, v in full.items()
@@ -779,6 +782,9 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             interval_start = time.perf_counter()  # evaluation and checkpoint time is not training throughput
         step += 1
 
+    # The planted canaries' exposure in the finished model (tokenmill.canaries), scored as the benchmarks are.
+    planted = CanaryRequests(stream.tokens_dir, t.seq_len)
+    state["canaries"] = planted.exposures(trainer.loglikelihoods(planted.windows, planted.n_cont)) if len(planted) else []
     watchdog.close()
     profiler.close()
     summary = _summary(cfg, state, size, total_steps)
@@ -799,6 +805,9 @@ def _summary(cfg: RunConfig, state: dict, size: dict, total_steps: int) -> dict:
         "skipped_steps": sum(r["skipped"] for r in state["records"]),
         "rollbacks": len(state["rollbacks"]),
         "health_alarms": len(state["health_alarms"]),
+        # Mean exposure (bits) of the planted canaries per planned visit count: does memorisation rise with it?
+        "canary_exposure": {str(v): float(np.mean([c["exposure"] for c in state["canaries"] if c["planned_visits"] == v]))
+                            for v in sorted({c["planned_visits"] for c in state["canaries"]})},
         "final_train_loss": applied[-1]["loss"] if applied else None,
         "final_train_loss_mean10": float(np.mean([r["loss"] for r in applied[-10:]])) if applied else None,
         "heldout_loss": {h["bucket"]: h["loss"] for h in state["heldout"] if h["step"] == final_step},

@@ -46,7 +46,7 @@ from tokenmill.train.faults import REASONS_ENV, first_reason, last_attempt, rest
 # Files of a finished run that are a function of configuration and data alone (contract 5). Checkpoints
 # are not among them: they exist to resume, and DCP's metadata is not promised to be byte-stable.
 CONTENT = ("steps.parquet", "spikes.parquet", "rollbacks.parquet", "heldout.parquet", "benchmarks.parquet",
-           "health.parquet", "health_alarms.parquet", "summary.json", "final")
+           "health.parquet", "health_alarms.parquet", "canaries.parquet", "summary.json", "final")
 RUN_KEY = "run_key.json"
 
 
