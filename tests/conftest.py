@@ -37,8 +37,8 @@ TABLES = ("documents", "records", "decisions", "read_errors")
 # the tiny run's ~6), so the long ones do not begin last; the others keep their order. (xdist's own
 # `--dist loadgroup` marks cannot do this under pytest 9: it renames a test through an attribute pytest no
 # longer reads.)
-SHARED_BUILDS = {"test_forecast": "tiny_run", "test_openlineage": "tiny_run", "test_remote": "tiny_run",
-                 "test_report": "tiny_run", "test_search": "tiny_run"}
+SHARED_BUILDS = {"test_croissant": "tiny_run", "test_forecast": "tiny_run", "test_openlineage": "tiny_run",
+                 "test_remote": "tiny_run", "test_report": "tiny_run", "test_search": "tiny_run"}
 HEAVIEST_FIRST = ("test_pipeline_e2e", "tiny_run", "test_train_distributed", "test_train_multinode",
                   "test_ray_cluster", "test_decontam_leaks", "test_stale_and_budget", "test_bad_input_dvc")
 

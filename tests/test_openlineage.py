@@ -4,6 +4,8 @@ versioned by DVC's hashes, the document stages' decision counts as the lineage d
 through the client's HTTP transport to a local endpoint that records what arrives: transient errors are retried
 by the client, and what an endpoint that is down could not take stays in the file and goes on the next send.
 
+A failed stage run gives START and FAIL with its error (runtime.StageRun records the failure).
+
 Not done here: validation against the OpenLineage specification's JSON schemas. They are published only at
 openlineage.io and in the project's repository; no package on the registries this project installs from ships
 them (checked: openlineage-python, -integration-common, -airflow, -dbt, -sql, -dagster, the Airflow provider,
@@ -156,3 +158,38 @@ def test_events_reach_an_endpoint_through_the_client_and_none_is_lost_while_it_i
         assert first.received + second.received == OL.events(tiny, parent="another build")
     finally:
         second.close()
+
+
+def test_a_failed_stage_run_becomes_start_and_fail_with_its_error_until_the_stage_succeeds(tiny, tmp_path, monkeypatch):
+    """A stage that raises inside its StageRun (the real context every stage uses) leaves runs/failed/<stage>.json;
+    its events are START and FAIL with the error message, its dvc.yaml inputs and no outputs. The next success
+    removes the record, and with it the FAIL."""
+    import shutil
+
+    from tokenmill.runtime import StageRun
+
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("dvc.yaml", "dvc.lock"):
+        shutil.copy(tiny / name, project / name)
+    shutil.copytree(tiny / "runs", project / "runs", ignore=shutil.ignore_patterns("*.log"))
+    monkeypatch.chdir(project)
+    before = OL.events(project, parent="p")
+    with pytest.raises(ValueError, match="quality: need positives"):
+        with StageRun("quality", project / "data" / "quality", {"threshold": 0.5}):
+            raise ValueError("quality: need positives and negatives, got 0 positives")
+    events = OL.events(project, parent="p")
+    assert events[:len(before)] == before  # the completed runs as they were
+    start, fail = events[len(before):]
+    assert (start["eventType"], fail["eventType"]) == ("START", "FAIL") and start["run"]["runId"] == fail["run"]["runId"]
+    assert fail["job"]["name"] == "quality" and fail["outputs"] == []
+    assert fail["run"]["facets"]["errorMessage"]["message"] == \
+        "ValueError: quality: need positives and negatives, got 0 positives"
+    deps = yaml.safe_load((project / "dvc.yaml").read_text())["stages"]["quality"]["deps"]
+    assert [d["name"] for d in fail["inputs"]] == deps
+    assert fail["run"]["facets"]["tokenmill_run"]["params"] == {"threshold": 0.5}
+    assert not (project / "data" / "quality").exists()  # nothing written in place of an output
+    with StageRun("quality", project / "data" / "quality", {"threshold": 0.5}):
+        pass
+    assert not (project / "runs" / "failed" / "quality.json").exists()
+    assert [e["eventType"] for e in OL.events(project, parent="p")].count("FAIL") == 0

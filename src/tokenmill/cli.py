@@ -159,6 +159,93 @@ def audit_step(con, step: int, run: str | None = None) -> int:
     return 0
 
 
+def audit_item(con, benchmark: str, item_id: str) -> int:
+    """One benchmark item's story: the documents that overlapped it and their fates, the planned and trained
+    steps that carried them, and the item's scores in the evaluation with its benchmark's all vs clean."""
+    tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
+    known = sorted(r[0] for r in con.execute("SELECT benchmark FROM benchmarks UNION SELECT benchmark "
+                                             "FROM contamination").fetchall())
+    if benchmark not in known:
+        print(f"tokenmill: no benchmark {benchmark!r} in the lineage (benchmarks: {', '.join(known)})",
+              file=sys.stderr)
+        return 1
+    scored = None
+    if "eval_items" in tables:
+        rel = con.execute("SELECT * FROM eval_items WHERE benchmark = ? AND item_id = ?", [benchmark, item_id])
+        got = rel.fetchone()
+        scored = None if got is None else dict(zip([c[0] for c in rel.description], got))
+    overlaps = con.execute("""
+        SELECT c.doc_id, any_value(r.url), c.overlap_fraction, c.matched_ngrams, c.item_ngrams, c.contaminated,
+               c.action, any_value(d.fate), any_value(d.dropped_at), any_value(d.drop_reason)
+        FROM contamination c LEFT JOIN documents d USING (doc_id) LEFT JOIN records r USING (doc_id)
+        WHERE c.benchmark = ? AND c.item_id = ?
+        GROUP BY ALL ORDER BY c.overlap_fraction DESC, c.doc_id""", [benchmark, item_id]).fetchall()
+    if scored is None and not overlaps:
+        print(f"tokenmill: benchmark {benchmark!r} has no item {item_id!r} in the lineage or the evaluation "
+              f"(`tokenmill audit sql \"SELECT item_id FROM eval_items WHERE benchmark = '{benchmark}'\"`)",
+              file=sys.stderr)
+        return 1
+    dirty = any(o[5] for o in overlaps)
+    print(f"item {item_id} of {benchmark}: {len(overlaps)} overlapping document(s), "
+          + ("dirty (an overlap reached decontaminate's limits)" if dirty else "clean"))
+    for doc_id, url, fraction, matched, ngrams, contaminated, action, fate, at, reason in overlaps:
+        kind = f"contaminated, {action}" if contaminated else "near miss, kept"
+        print(f"  document {doc_id}  {url or ''}")
+        print(f"    overlap       {matched} of the item's {ngrams} n-grams ({fraction:.2f}): {kind}")
+        print("    fate          " + ("kept by every stage" if fate == "kept" else f"dropped at {at} ({reason})"))
+        visits = con.execute("SELECT count(*) FROM plan WHERE doc_id = ?", [doc_id]).fetchone()[0] \
+            if "plan" in tables else 0
+        print(f"    planned       {visits} visit(s) in the training stream")
+        seen = lineage.steps_of_document(con, doc_id)
+        for run in sorted({s[0] for s in seen}):
+            steps = [s[1] for s in seen if s[0] == run]
+            shown = ", ".join(map(str, steps[:12])) + (" ..." if len(steps) > 12 else "")
+            print(f"    trained       {run}: {len(steps)} step(s) ({shown})")
+    if scored is None:
+        print("evaluation    not scored (not evaluated yet, or beyond evaluate.limit)")
+        return 0
+    row = scored
+    got = ", ".join(f"{m} {row[m]:.4g}" for m in lineage.ITEM_METRICS if row[m] is not None)
+    side = "left out of the clean score (dirty)" if row["dirty"] else "in the clean score"
+    print(f"evaluation    {got}; {side}")
+    for metric, n, n_dirty, everything, clean, diff, stderr in con.execute(
+            """SELECT metric, items, dirty_items, "all", clean, difference, difference_stderr FROM eval_scores
+               WHERE benchmark = ? ORDER BY metric""", [benchmark]).fetchall():
+        diff_text = "n/a" if diff is None else f"{diff:+.4f} ± {stderr:.4f}"
+        clean_text = "n/a" if clean is None else f"{clean:.4f}"
+        print(f"  {benchmark} {metric}: all {everything:.4f} over {n} items, clean {clean_text} without "
+              f"{n_dirty} dirty, difference {diff_text}")
+    return 0
+
+
+def audit_canary(con, name: str) -> int:
+    """One planted canary's story: its document and secret's format, the visits planned and the steps of each
+    run that trained it, and the exposure that left in each run's final model (tokenmill.canaries)."""
+    tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
+    known = [r[0] for r in con.execute("SELECT canary FROM canaries ORDER BY planned_visits, canary").fetchall()] \
+        if "canaries" in tables else []
+    if name not in known:
+        print(f"tokenmill: no canary {name!r} in the lineage (canaries: {', '.join(known) or 'none planted'})",
+              file=sys.stderr)
+        return 1
+    doc_id, visits, prefix, secret = con.execute("SELECT doc_id, planned_visits, prefix, secret FROM canaries "
+                                                 "WHERE canary = ?", [name]).fetchone()
+    print(f"canary {name}: document {doc_id}, {visits} planned visit(s)")
+    print(f"  text          {prefix}{secret}")
+    positions = [r[0] for r in con.execute("SELECT position FROM plan WHERE doc_id = ? ORDER BY position",
+                                           [doc_id]).fetchall()]
+    print(f"  planned       at stream positions {', '.join(map(str, positions)) or 'none'}")
+    rows = lineage.canary_exposure(con, name)
+    if not rows:
+        print("  trained       no training run has finished yet")
+    for r in rows:
+        steps = ", ".join(map(str, r["steps"][:12])) + (" ..." if len(r["steps"]) > 12 else "")
+        print(f"  {r['run']:<13} {r['trained_visits']} visit(s) trained (steps {steps or 'none'}); exposure "
+              f"{r['exposure']:.2f} bits (rank {r['rank']} of {r['candidates'] + 1}), {r['exposure_fit']:.2f} "
+              f"extrapolated")
+    return 0
+
+
 def audit_sql(con, query: str) -> int:
     rel = con.sql(query)
     if rel is None:
@@ -196,6 +283,10 @@ def _audit(args) -> int:
                 return audit_verify(con, Path(args.db).resolve().parent.parent / "data")
             if args.what == "step":
                 return audit_step(con, args.n, args.run)
+            if args.what == "canary":
+                return audit_canary(con, args.name)
+            if args.what == "item":
+                return audit_item(con, args.benchmark, args.item_id)
             return audit_sql(con, args.query)
         except duckdb.Error as exc:  # a bad query, a refused one, or a database from an older version
             print(_one_line(exc), file=sys.stderr)
@@ -241,6 +332,20 @@ def _search(args) -> int:
     return 0
 
 
+def _release(args) -> int:
+    from tokenmill import croissant
+
+    out = Path(args.repo) / args.out
+    try:
+        facts = croissant.write_release(args.repo, out)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"tokenmill release: {exc}", file=sys.stderr)
+        return 2
+    print(f"release: {facts['documents']} documents, {facts['tokens']} tokens, {len(facts['files'])} files, "
+          f"croissant.json and README.md in {out}")
+    return 0
+
+
 def _openlineage(args) -> int:
     from tokenmill import openlineage as OL
 
@@ -269,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     step.add_argument("n", type=int)
     step.add_argument("--run", default=None, help="the training run whose step it is, with its loss and update "
                                                   "(pretrain, scout@s1, ...; default: pretrain once trained)")
+    item = what.add_parser("item", help="a benchmark item: the documents that overlapped it, their fates and "
+                                        "steps, and its score (all vs clean)")
+    item.add_argument("benchmark")
+    item.add_argument("item_id")
+    what.add_parser("canary", help="a planted canary: its visits, the steps that trained it, its exposure per "
+                                   "run").add_argument("name", help="s<set>-v<visits>, e.g. s0-v8")
     what.add_parser("sql", help="run a read-only SQL query (files, extensions and settings are out of reach)"
                     ).add_argument("query")
     cmp = sub.add_parser("compare", help="which experiment wins on a metric, and whether it is beyond the noise")
@@ -302,9 +413,13 @@ def main(argv: list[str] | None = None) -> int:
     ol.add_argument("--out", default="lineage", help="where the events go (default: lineage/)")
     ol.add_argument("--parent", help="the pipeline run they belong to (default: the git revision)")
     ol.add_argument("--send", action="store_true", help="send what was not delivered yet to OPENLINEAGE_URL")
+    rel = sub.add_parser("release", help="the curated corpus with a Croissant file and a dataset card (release/)")
+    rel.add_argument("--repo", default=".", help="the built project (default: here)")
+    rel.add_argument("--out", default="release", help="the release folder, replaced whole (default: release/)")
     args = parser.parse_args(argv)
     try:
-        code = {"compare": _compare, "search": _search, "openlineage": _openlineage}.get(args.command, _audit)(args)
+        code = {"compare": _compare, "search": _search, "openlineage": _openlineage,
+            "release": _release}.get(args.command, _audit)(args)
         sys.stdout.flush()  # a closed pipe shows up here at the latest, while it can still be handled
         return code
     except BrokenPipeError:

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 import yaml
 from openlineage.client import facet_v2
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
-from openlineage.client.facet_v2 import (dataset_version_dataset, documentation_job, job_type_job,
+from openlineage.client.facet_v2 import (dataset_version_dataset, documentation_job, error_message_run, job_type_job,
                                          output_statistics_output_dataset, parent_run, processing_engine_run,
                                          schema_dataset)
 from openlineage.client.serde import Serde
@@ -146,7 +146,8 @@ def _time(finished: str, seconds: float) -> tuple[str, str]:
 
 
 def events(project: str | Path = ".", parent: str | None = None) -> list[dict]:
-    """START and COMPLETE events of every stage in dvc.lock that has a run record, in dvc.lock's order.
+    """START and COMPLETE events of every stage in dvc.lock that has a run record, in dvc.lock's order, then
+    START and FAIL of every stage whose last run failed (runs/failed/<stage>.json).
     parent: the pipeline run they belong to (a git revision or a DVC experiment's name); default: HEAD."""
     project = Path(project).resolve()
     lock = yaml.safe_load((project / "dvc.lock").read_text())
@@ -175,6 +176,31 @@ def events(project: str | Path = ".", parent: str | None = None) -> list[dict]:
         for state, when in ((RunState.START, start), (RunState.COMPLETE, end)):
             event = RunEvent(eventType=state, eventTime=when, run=Run(runId=run_id, facets=run_facets), job=job,
                              producer=PRODUCER, inputs=inputs, outputs=outputs)
+            out.append(json.loads(Serde.to_json(event)))
+    # Failed runs (runtime.StageRun writes runs/failed/<stage>.json, and removes it when the stage next
+    # succeeds): START and FAIL with the error. Inputs are the stage's deps in dvc.yaml, unversioned: a failed
+    # run locked nothing. No outputs: it wrote none.
+    stages = (yaml.safe_load((project / "dvc.yaml").read_text()) or {}).get("stages") or {}
+    for record_path in sorted((project / "runs" / "failed").glob("*.json")):
+        record = json.loads(record_path.read_text())
+        stage = record["stage"]
+        start, end = _time(record["finished_at"], float(record.get("seconds") or 0))
+        definition = stages.get(stage) or lock["stages"].get(stage) or {}  # a foreach stage: its lock entry
+        job = Job(namespace=NAMESPACE, name=stage, facets={
+            "jobType": job_type_job.JobTypeJobFacet(processingType="BATCH", integration="DVC", jobType="STAGE"),
+            "documentation": documentation_job.DocumentationJobFacet(description=definition.get("cmd", ""))})
+        run_facets = {"parent": parent_facet, "processing_engine": engine,
+                      "errorMessage": error_message_run.ErrorMessageRunFacet(
+                          message=f"{record['error_type']}: {record['error']}", programmingLanguage="python"),
+                      "tokenmill_run": TokenmillRunFacet(params=record.get("params") or {}, runIdHash="",
+                                                         seconds=float(record.get("seconds") or 0),
+                                                         host=record.get("host") or "")}
+        inputs = [_dataset(project, {"path": d if isinstance(d, str) else d["path"]}, InputDataset)
+                  for d in definition.get("deps") or []]
+        run_id = _uuid("failed", stage, record["finished_at"], record["error"])
+        for state, when in ((RunState.START, start), (RunState.FAIL, end)):
+            event = RunEvent(eventType=state, eventTime=when, run=Run(runId=run_id, facets=run_facets), job=job,
+                             producer=PRODUCER, inputs=inputs, outputs=[])
             out.append(json.loads(Serde.to_json(event)))
     return out
 

@@ -435,9 +435,18 @@ class StageRun(StageResult):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        failed = self.runs_dir / "failed" / f"{self.stage}.json"  # the last failure, until the stage succeeds
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+            # What an OpenLineage FAIL event reports (tokenmill.openlineage): the error, when and where it stopped.
+            # Not among runs/*.json: a failed run produced nothing, so it is no row of the audit's stage_runs.
+            write_json(failed, {"stage": self.stage, "params": self.params, "input_stage": self.input_stage,
+                                "error_type": exc_type.__name__, "error": " ".join(str(exc).split())[:2000],
+                                "seconds": round(time.perf_counter() - self.started, 3), "argv": sys.argv,
+                                "host": platform.node(),
+                                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             return False
+        failed.unlink(missing_ok=True)
         by_action = Counter()
         for (action, _), n in self.reasons.items():
             by_action[action] += n

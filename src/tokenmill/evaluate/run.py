@@ -211,6 +211,7 @@ def run_evaluation(model_dir: str | Path, benchmarks: list[dict], heldout: pa.Ta
         task = bench_tasks[name]
         rows = _benchmark_rows(bench, output["samples"][task], dirty.get(name, set()))
         results["benchmarks"][name] = _benchmark_result(bench, rows, output["results"][task], dirty.get(name, set()))
+        results["benchmarks"][name]["samples"] = f"samples/{task}.jsonl"  # the audit's eval_items read it
         logs[task] = rows
     results["samples"] = {t: f"samples/{t}.jsonl" for t in sorted(logs)}
 
