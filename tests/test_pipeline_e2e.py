@@ -54,6 +54,7 @@ def _check_step_tokens(con, token_dir, step):
 TEST_SIZE = """
 sample: {n_docs: 800, eval_items: 40, planted_eval_items: 8, planted_benchmark_items: 0}
 tokenizer: {vocab_size: 2000}
+tokenize: {canaries: {candidates: 99}}   # each run scores 12 x 100 canary requests, not 12 x 1000
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
   token_budget: 300000

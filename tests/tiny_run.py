@@ -25,6 +25,7 @@ IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
 TINY = """
 sample: {n_docs: 800, eval_items: 24, planted_eval_items: 6, planted_benchmark_items: 11}
 tokenizer: {vocab_size: 1000}
+tokenize: {canaries: {candidates: 99}}   # each run scores 12 x 100 canary requests, not 12 x 1000
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
   seq_len: 128

@@ -278,19 +278,20 @@ class Trainer:
 
 
     @torch.no_grad()
-    def loglikelihoods(self, windows: list[np.ndarray], n_cont: list[int]) -> np.ndarray:
+    def loglikelihoods(self, windows: list[np.ndarray], n_cont: list[int], batch: int | None = None) -> np.ndarray:
         """Log-likelihood of the last n_cont[i] tokens of each window given the tokens before them.
 
         Requests are split in contiguous slices over the DP ranks (TP ranks of a group score the same ones);
         each rank scores its slice shortest first, so a batch pads little (to a multiple of 16), and every
         rank makes the same number of forward calls (FSDP gathers weights in each), padding its last ones.
-        One all-reduce gathers the results."""
+        One all-reduce gathers the results. batch: requests per forward call (default: the micro-batch, at least 8;
+        the same on every rank)."""
         n, dp = len(windows), self.layout.dp_size
         per = -(-n // dp)
         first = min(n, self.layout.dp_rank * per)
         mine = sorted(range(first, min(n, first + per)), key=lambda j: len(windows[j]))
         out = torch.zeros(n, dtype=torch.float64, device=self.device)
-        batch = max(self.micro_batch, 8)
+        batch = batch or max(self.micro_batch, 8)
         select = self.layout.tp_mesh is None  # logits at the answer positions only (Transformer.forward)
         self.model.eval()
         for i in range(0, per, batch):
@@ -663,6 +664,7 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             "peak_flops_per_device": peak, "peak_memory_bytes": _peak_memory(device),
             "resumed_from_step": start_step if resumed else None,
             "benchmark_eval_seconds": round(timing["benchmark_eval_seconds"], 3),
+            "canary_eval_seconds": round(timing.get("canary_eval_seconds", 0.0), 3),
             # The first step holds torch.compile and the allocator's warm-up; checkpoints are outside the step
             # timer, so the loop's wall time beside the steps' says what they cost.
             "first_step_seconds": timing["step_seconds"][0] if timing["step_seconds"] else None,
@@ -783,8 +785,17 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
         step += 1
 
     # The planted canaries' exposure in the finished model (tokenmill.canaries), scored as the benchmarks are.
+    started = time.perf_counter()
     planted = CanaryRequests(stream.tokens_dir, t.seq_len)
-    state["canaries"] = planted.exposures(trainer.loglikelihoods(planted.windows, planted.n_cont)) if len(planted) else []
+    if len(planted):
+        # Short requests (a prefix and a secret, ~40 tokens): as many per forward as a training micro-batch holds
+        # tokens. Batch 8 made 1,500 calls of 8 x 48 tokens for 12,000 requests (4.1 s for the 90k-parameter test
+        # model, most of it per-call overhead).
+        rows = max(8, max(trainer.micro_batch * t.seq_len, 4096) // max(len(w) for w in planted.windows))
+        state["canaries"] = planted.exposures(trainer.loglikelihoods(planted.windows, planted.n_cont, rows))
+    else:
+        state["canaries"] = []
+    timing["canary_eval_seconds"] = time.perf_counter() - started
     watchdog.close()
     profiler.close()
     summary = _summary(cfg, state, size, total_steps)
