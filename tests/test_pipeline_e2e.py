@@ -131,6 +131,23 @@ def test_demo_dag(demo):
 
     truth = json.loads((repo / "data" / "sample" / "ground_truth.json").read_text())
     con = lineage.connect(repo / "lineage" / lineage.DB_NAME, extra=lineage.audit_tables(repo))
+    # The default canaries (tokenize.canaries: 2 per visit count 0-16) were planted, placed, trained and scored by
+    # every run (the conservation above counted them apart); a run trains the visits of the windows it read.
+    planted = pq.read_table(repo / "data" / "tokenize" / "canaries.parquet").to_pylist()
+    assert len(planted) == 12 and sum(c["planned_visits"] for c in planted) == 62
+    runs = {json.loads((f.parent / "manifest.json").read_text())["stage"]: pq.read_table(f).to_pylist()
+            for f in (repo / "data" / "train").rglob("canaries.parquet")}
+    assert set(runs) == {"pretrain", "scout@s1", "scout@s1#seed1", "scout@s2"} and all(len(r) == 12 for r in runs.values())
+    story = {(r["run"], r["canary"]): r for r in lineage.canary_exposure(con)}
+    full = [story[("pretrain", c["canary"])] for c in planted]
+    assert all(r["trained_visits"] <= r["planned_visits"] for r in full) and sum(r["trained_visits"] for r in full) >= 31
+    assert all(r["trained_visits"] == 0 for r in full if r["planned_visits"] == 0)
+    shown = _run(["tokenmill", "audit", "canary", "s0-v16"], repo).stdout
+    for run, rows in runs.items():
+        r = next(x for x in rows if x["canary"] == "s0-v16")
+        assert f"exposure {r['exposure']:.2f} bits (rank {r['rank']} of {r['candidates'] + 1})" in shown, (run, shown)
+    assert json.loads((repo / "reports" / "report.json").read_text())["sections"]["canaries"] == "ok"
+
     # Every stage that ran left its run record: the audit's stage_runs has a row for each (issue 11, item 4).
     # The seed replica of the first rung (TEST_SCOUTS: seeds 2) has its own run record.
     assert {s for (s,) in con.execute("SELECT stage FROM stage_runs").fetchall()} == set(STAGES) | {"scout@s1#seed1"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -82,10 +83,15 @@ def _alive_nodes(address: str) -> int:
 
 
 @pytest.fixture
-def cluster(monkeypatch):
-    # Ray's token authentication (on by default since Ray 2.5x): `ray start --head` writes the token to
-    # ~/.ray/auth_token, and every other process - the second node, the stage's driver - sends it only when
-    # RAY_AUTH_MODE=token is set (docs/scaling.md).
+def cluster(monkeypatch, tmp_path):
+    # Ray's token authentication (docs/scaling.md): every process - both nodes, the stage's driver - reads the
+    # token from RAY_AUTH_TOKEN_PATH (default ~/.ray/auth_token) and sends it when RAY_AUTH_MODE=token. `ray start
+    # --head` does not create one (on a fresh machine it stops: "no authentication token was found"), so the
+    # test writes its own, as an operator would with `ray get-auth-token --generate`.
+    token = tmp_path / "ray_auth_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     port = free_port()
     address = f"127.0.0.1:{port}"

@@ -25,7 +25,11 @@ IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
 TINY = """
 sample: {n_docs: 800, eval_items: 24, planted_eval_items: 6, planted_benchmark_items: 11}
 tokenizer: {vocab_size: 1000}
-tokenize: {canaries: {candidates: 99}}   # each run scores 12 x 100 canary requests, not 12 x 1000
+# Canaries: unplanted controls only (scored by every run, never in the stream). Planted ones shift every later
+# window of the stream, and this build's forecast test sits within that data-order noise: with the default
+# canaries planted the full run's held-out loss moved from 5.31 to 5.69 and the forecast missed by 3.3% against
+# the naive 1.5% (RESULTS, "Memorisation of planted canaries"). tests/test_canaries.py and the e2e demo plant them.
+tokenize: {canaries: {visits: [0], candidates: 99}}
 model: {n_layers: 2, d_model: 64, n_heads: 2, n_kv_heads: 1, ffn_dim: 192}
 train:
   seq_len: 128

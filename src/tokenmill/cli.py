@@ -240,7 +240,7 @@ def audit_canary(con, name: str) -> int:
         print("  trained       no training run has finished yet")
     for r in rows:
         steps = ", ".join(map(str, r["steps"][:12])) + (" ..." if len(r["steps"]) > 12 else "")
-        print(f"  {r['run']:<13} {r['trained_visits']} visit(s) trained (steps {steps or 'none'}); exposure "
+        print(f"  {r['run']:<15} {r['trained_visits']} visit(s) trained (steps {steps or 'none'}); exposure "
               f"{r['exposure']:.2f} bits (rank {r['rank']} of {r['candidates'] + 1}), {r['exposure_fit']:.2f} "
               f"extrapolated")
     return 0
