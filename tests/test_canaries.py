@@ -72,4 +72,5 @@ def test_a_canary_read_96_times_is_exposed_far_above_the_unplanted_controls(tmp_
     mean = {v: sum(r["exposure"] for r in g) / 3 for v, g in by.items()}
     # Measured: 96 visits 8.0, 8.0, 4.0 bits; controls 0.3-1.8; one visit 0.3-1.9 (the prior, not memory).
     assert mean[96] > mean[0] + 3 and min(r["exposure"] for r in by[96]) > max(r["exposure"] for r in by[0])
-    assert sum(r["rank"] == 1 for r in by[96]) >= 2  # read 96 times: likelier than every random secret
+    # Read 96 times: the median one likelier than all but at most two of 255 random secrets (measured: rank 1).
+    assert sorted(r["rank"] for r in by[96])[1] <= 3
