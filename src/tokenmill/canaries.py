@@ -95,7 +95,7 @@ def plant(cfg: Mapping, tok, out_dir: str | Path) -> list[dict]:
     """Write the canary documents' tokens (SHARD), CANARIES and their scoring REQUESTS under out_dir; return
     their token index rows (tokenize.INDEX: doc_id, source, bucket, shard, offset, length)."""
     from tokenmill import schema
-    from tokenmill.evaluate.evalset import _encode_pair  # lm-eval's split of context and continuation
+    from tokenmill.evaluate.evalset import encode_pair  # lm-eval's split of context and continuation
 
     out_dir = Path(out_dir)
     canaries = design(cfg)
@@ -105,7 +105,7 @@ def plant(cfg: Mapping, tok, out_dir: str | Path) -> list[dict]:
         rng = _rng(cfg["seed"], "candidates", c["canary"])
         secrets = [c["secret"]] + [_secret(rng, cfg["digits"]) for _ in range(cfg["candidates"])]
         for i, secret in enumerate(secrets):
-            ctx, cont = _encode_pair(tok.encode, c["prefix"], secret, tok.eos_id)
+            ctx, cont = encode_pair(tok.encode, c["prefix"], secret, tok.eos_id)
             requests.append({"canary": c["canary"], "candidate": i, "context": ctx, "continuation": cont})
     schema.write_parquet(requests, REQUESTS, out_dir / REQUESTS_FILE)
     canaries = [c for c in canaries if c["planned_visits"] > 0]  # 0 visits: a control, scored but never planted
@@ -124,16 +124,15 @@ class CanaryRequests:
     """A tokenize output's canary requests as model inputs (the windows Trainer.loglikelihoods scores)."""
 
     def __init__(self, tokens_dir: str | Path, seq_len: int):
+        from tokenmill.evaluate.evalset import scored_windows
+
         tokens_dir = Path(tokens_dir)
-        self.canaries = pq.read_table(tokens_dir / TABLE).to_pylist() if (tokens_dir / TABLE).exists() else []
-        t = pq.read_table(tokens_dir / REQUESTS_FILE) if self.canaries else pa.table({"canary": [], "candidate": []})
+        # A token output from before canaries has neither file: no requests.
+        t = pq.read_table(tokens_dir / REQUESTS_FILE) if (tokens_dir / REQUESTS_FILE).exists() else REQUESTS.empty_table()
+        self.canaries = pq.read_table(tokens_dir / TABLE).to_pylist() if t.num_rows else []
         self.canary = t.column("canary").to_pylist()
         self.candidate = t.column("candidate").to_pylist()
-        self.windows, self.n_cont = [], []
-        if self.canaries:
-            for ctx, cont in zip(t.column("context").to_pylist(), t.column("continuation").to_pylist()):
-                self.windows.append(np.asarray((ctx + cont)[-(seq_len + 1):], dtype=np.int64))
-                self.n_cont.append(len(cont))
+        self.windows, self.n_cont = scored_windows(t, seq_len)
 
     def __len__(self) -> int:
         return len(self.windows)

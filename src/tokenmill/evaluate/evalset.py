@@ -48,7 +48,7 @@ LOWER_IS_BETTER = {"bpb"}
 SCORED_KINDS = ("multiple_choice", "multiple_input")
 
 
-def _encode_pair(encode, context: str, continuation: str, prefix_id: int) -> tuple[list[int], list[int]]:
+def encode_pair(encode, context: str, continuation: str, prefix_id: int) -> tuple[list[int], list[int]]:
     """lm-eval's HFLM._encode_pair (and its empty-context rule)."""
     if context == "":
         return [prefix_id], encode(continuation)
@@ -86,7 +86,7 @@ def build_evalset(benchmarks: Sequence[Mapping], tokenizer_dir: str | Path, dirt
                 pairs = [(doc["query"], " " + c, c) for c in doc["choices"]]
             else:
                 pairs = [(ctx, " " + doc["continuation"], doc["continuation"]) for ctx in doc["contexts"]]
-            encoded = [_encode_pair(tok.encode, ctx, cont, tok.eos_id) for ctx, cont, _ in pairs]
+            encoded = [encode_pair(tok.encode, ctx, cont, tok.eos_id) for ctx, cont, _ in pairs]
             if max(len(cont) for _, cont in encoded) >= seq_len:
                 dropped.append(doc["item_id"])
                 continue
@@ -107,6 +107,16 @@ def build_evalset(benchmarks: Sequence[Mapping], tokenizer_dir: str | Path, dirt
     return counts
 
 
+def scored_windows(requests: pa.Table, seq_len: int) -> tuple[list[np.ndarray], list[int]]:
+    """Each request's model input, the last seq_len + 1 tokens of context + continuation, and the length of the
+    continuation it scores (Trainer.loglikelihoods' arguments), from a table with those two list columns."""
+    windows, n_cont = [], []
+    for ctx, cont in zip(requests.column("context").to_pylist(), requests.column("continuation").to_pylist()):
+        windows.append(np.asarray((ctx + cont)[-(seq_len + 1):], dtype=np.int64))
+        n_cont.append(len(cont))
+    return windows, n_cont
+
+
 class EvalSet:
     """The requests of an evaluation set as model inputs: each request's scored window and continuation
     length, and the item structure to turn per-request log-likelihoods into per-item metrics."""
@@ -120,11 +130,7 @@ class EvalSet:
         self.choice = t.column("choice").to_pylist()
         self.answer_chars = t.column("answer_chars").to_pylist()
         self.answer_bytes = t.column("answer_bytes").to_pylist()
-        self.windows: list[np.ndarray] = []  # the last seq_len + 1 tokens of context + continuation
-        self.n_cont: list[int] = []
-        for ctx, cont in zip(t.column("context").to_pylist(), t.column("continuation").to_pylist()):
-            self.windows.append(np.asarray((ctx + cont)[-(seq_len + 1):], dtype=np.int64))
-            self.n_cont.append(len(cont))
+        self.windows, self.n_cont = scored_windows(t, seq_len)
 
     def __len__(self) -> int:
         return len(self.windows)
