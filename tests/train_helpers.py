@@ -79,8 +79,7 @@ def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7, vocab_s
                            "anneal": {"fraction": 0.25, "weights": {"reference": 0.8, "books": 0.2}}})
     result = build_plan(pa.Table.from_pylist(rows, schema=INDEX), phases, token_budget, seed,
                         max_epochs=4.0, heldout_fraction=0.05,
-                        canaries={c["doc_id"]: c["planned_visits"] for c in planting.design(canaries)
-                                  if c["planned_visits"]} if canaries else None)
+                        canaries={c["doc_id"]: c["planned_visits"] for c in planting.design(canaries)} if canaries else None)
     mix = root / "mixture"
     schema.write_parquet(result["plan"], result["plan"].schema, mix / "plan.parquet")
     held = result["heldout"].select(["doc_id", "bucket", "shard", "offset", "length"])

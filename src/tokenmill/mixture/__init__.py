@@ -111,9 +111,9 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
 
     canaries: {doc_id: planned visits} of the index's canary documents (tokenmill.canaries). They are never
     held out and never weighted: each is placed exactly that many times, at seeded places of the finished
-    stream (plant_canaries).
+    stream (plant_canaries). A canary of 0 visits is a control that was never planted: not in the index.
     """
-    canaries = dict(canaries or {})
+    canaries = {doc_id: v for doc_id, v in (canaries or {}).items() if v > 0}
     if canaries:
         planted = pc.is_in(index.column("doc_id"), pa.array(sorted(canaries), pa.string()))
         canary_rows, index = index.filter(planted), index.filter(pc.invert(planted))

@@ -46,7 +46,7 @@ def plan_mixture(input_dir: str | Path, mixture_cfg: Mapping, budget_cfg: Mappin
     planted = pq.read_table(tok / canaries.TABLE).to_pylist() if (tok / canaries.TABLE).exists() else []
     result = build_plan(index, phases, budget, mixture_cfg["seed"], mixture_cfg["max_epochs"],
                         mixture_cfg["heldout_fraction"], cap_budget=not budget_cfg.get("token_budget"),
-                        canaries={c["doc_id"]: c["planned_visits"] for c in planted if c["planned_visits"] > 0})
+                        canaries={c["doc_id"]: c["planned_visits"] for c in planted})
     plan = result["plan"]
     if (by := result["capped_by"]) is not None:
         cap = mixture_cfg["max_epochs"].get(by, mixture_cfg["max_epochs"]["default"])
