@@ -156,52 +156,46 @@ def events(project: str | Path = ".", parent: str | None = None) -> list[dict]:
         run=parent_run.Run(runId=_uuid("pipeline", parent)), job=parent_run.Job(namespace=NAMESPACE, name="pipeline"))
     engine = processing_engine_run.ProcessingEngineRunFacet(version=library_versions(("tokenmill",))["tokenmill"],
                                                             name="tokenmill")
+    shared = {"parent": parent_facet, "processing_engine": engine}
+
+    def run_events(record: dict, run_id: str, cmd: str, last: RunState, inputs: list, outputs: list,
+                   **facets) -> list[dict]:
+        """START and `last` of one run: the job is the stage, the run carries its record's params and times."""
+        start, end = _time(record["finished_at"], float(record.get("seconds") or 0))
+        job = Job(namespace=NAMESPACE, name=record["stage"], facets={
+            "jobType": job_type_job.JobTypeJobFacet(processingType="BATCH", integration="DVC", jobType="STAGE"),
+            "documentation": documentation_job.DocumentationJobFacet(description=cmd)})
+        run_facets = {**shared, **facets, "tokenmill_run": TokenmillRunFacet(
+            params=record.get("params") or {}, runIdHash=record.get("run_id") or "",
+            seconds=float(record.get("seconds") or 0), host=record.get("host") or "")}
+        return [json.loads(Serde.to_json(RunEvent(eventType=state, eventTime=when, job=job, producer=PRODUCER,
+                                                  run=Run(runId=run_id, facets=run_facets), inputs=inputs,
+                                                  outputs=outputs)))
+                for state, when in ((RunState.START, start), (last, end))]
+
     out: list[dict] = []
     for stage, entry in lock["stages"].items():
         record_path = project / "runs" / f"{stage}.json"
         if not record_path.is_file():
             continue  # never run here (pulled from a remote, or built elsewhere): no times to report
         record = json.loads(record_path.read_text())
-        start, end = _time(record["finished_at"], float(record.get("seconds") or 0))
-        run_id = _uuid("stage", stage, record["run_id"])
-        job = Job(namespace=NAMESPACE, name=stage, facets={
-            "jobType": job_type_job.JobTypeJobFacet(processingType="BATCH", integration="DVC", jobType="STAGE"),
-            "documentation": documentation_job.DocumentationJobFacet(description=entry.get("cmd", ""))})
-        run_facets = {"parent": parent_facet, "processing_engine": engine,
-                      "tokenmill_run": TokenmillRunFacet(params=record.get("params") or {}, runIdHash=record["run_id"],
-                                                         seconds=float(record.get("seconds") or 0),
-                                                         host=record.get("host") or "")}
-        inputs = [_dataset(project, d, InputDataset) for d in entry.get("deps") or []]
-        outputs = [_dataset(project, o, OutputDataset, _output_facets(project, o)) for o in entry.get("outs") or []]
-        for state, when in ((RunState.START, start), (RunState.COMPLETE, end)):
-            event = RunEvent(eventType=state, eventTime=when, run=Run(runId=run_id, facets=run_facets), job=job,
-                             producer=PRODUCER, inputs=inputs, outputs=outputs)
-            out.append(json.loads(Serde.to_json(event)))
+        out += run_events(record, _uuid("stage", stage, record["run_id"]), entry.get("cmd", ""), RunState.COMPLETE,
+                          [_dataset(project, d, InputDataset) for d in entry.get("deps") or []],
+                          [_dataset(project, o, OutputDataset, _output_facets(project, o))
+                           for o in entry.get("outs") or []])
     # Failed runs (runtime.StageRun writes runs/failed/<stage>.json, and removes it when the stage next
     # succeeds): START and FAIL with the error. Inputs are the stage's deps in dvc.yaml, unversioned: a failed
     # run locked nothing. No outputs: it wrote none.
     stages = (yaml.safe_load((project / "dvc.yaml").read_text()) or {}).get("stages") or {}
     for record_path in sorted((project / "runs" / "failed").glob("*.json")):
         record = json.loads(record_path.read_text())
-        stage = record["stage"]
-        start, end = _time(record["finished_at"], float(record.get("seconds") or 0))
-        definition = stages.get(stage) or lock["stages"].get(stage) or {}  # a foreach stage: its lock entry
-        job = Job(namespace=NAMESPACE, name=stage, facets={
-            "jobType": job_type_job.JobTypeJobFacet(processingType="BATCH", integration="DVC", jobType="STAGE"),
-            "documentation": documentation_job.DocumentationJobFacet(description=definition.get("cmd", ""))})
-        run_facets = {"parent": parent_facet, "processing_engine": engine,
-                      "errorMessage": error_message_run.ErrorMessageRunFacet(
-                          message=f"{record['error_type']}: {record['error']}", programmingLanguage="python"),
-                      "tokenmill_run": TokenmillRunFacet(params=record.get("params") or {}, runIdHash="",
-                                                         seconds=float(record.get("seconds") or 0),
-                                                         host=record.get("host") or "")}
+        definition = stages.get(record["stage"]) or lock["stages"].get(record["stage"]) or {}  # foreach: the lock's
         inputs = [_dataset(project, {"path": d if isinstance(d, str) else d["path"]}, InputDataset)
                   for d in definition.get("deps") or []]
-        run_id = _uuid("failed", stage, record["finished_at"], record["error"])
-        for state, when in ((RunState.START, start), (RunState.FAIL, end)):
-            event = RunEvent(eventType=state, eventTime=when, run=Run(runId=run_id, facets=run_facets), job=job,
-                             producer=PRODUCER, inputs=inputs, outputs=[])
-            out.append(json.loads(Serde.to_json(event)))
+        error = error_message_run.ErrorMessageRunFacet(message=f"{record['error_type']}: {record['error']}",
+                                                       programmingLanguage="python")
+        out += run_events(record, _uuid("failed", record["stage"], record["finished_at"], record["error"]),
+                          definition.get("cmd", ""), RunState.FAIL, inputs, [], errorMessage=error)
     return out
 
 
