@@ -404,17 +404,21 @@ def training_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
         if "train_steps" in tables else []
 
 
+# The steps that read a plan row p (its tokens and the end-of-text after them): s.stream_window is the window of
+# the stream a step of run s.run trained, $per_step tokens long.
+_READ_BY = "s.stream_window BETWEEN p.stream_start // $per_step AND (p.stream_start + p.length) // $per_step"
+
+
 def steps_of_document(con: duckdb.DuckDBPyConnection, doc_id: str) -> list[tuple]:
     """(run, step, loss, skipped) for every training step whose inputs held tokens of the document."""
     tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
     if not {"plan", "train_steps"} <= tables:
         return []
     per_step = _tokens_per_step(con)
-    return con.execute("""
+    return con.execute(f"""
         SELECT s.run, s.step, s.loss, s.skipped
-        FROM plan p JOIN train_steps s
-          ON s.stream_window BETWEEN p.stream_start // ? AND (p.stream_start + p.length) // ?
-        WHERE p.doc_id = ? ORDER BY s.run, s.step""", [per_step, per_step, doc_id]).fetchall()
+        FROM plan p JOIN train_steps s ON {_READ_BY}
+        WHERE p.doc_id = $doc_id ORDER BY s.run, s.step""", {"per_step": per_step, "doc_id": doc_id}).fetchall()
 
 
 def canary_exposure(con: duckdb.DuckDBPyConnection, canary: str | None = None) -> list[dict]:
@@ -425,18 +429,17 @@ def canary_exposure(con: duckdb.DuckDBPyConnection, canary: str | None = None) -
     if not {"canaries", "train_canaries", "plan"} <= tables:
         return []
     per_step = _tokens_per_step(con)
-    rel = con.execute("""
+    rel = con.execute(f"""
         WITH trained AS (
             SELECT s.run, p.doc_id, count(DISTINCT p.position) AS visits, list(DISTINCT s.step ORDER BY s.step) AS steps
-            FROM plan p JOIN canaries c USING (doc_id) JOIN train_steps s
-              ON s.stream_window BETWEEN p.stream_start // $1 AND (p.stream_start + p.length) // $1
+            FROM plan p JOIN canaries c USING (doc_id) JOIN train_steps s ON {_READ_BY}
             WHERE NOT s.skipped GROUP BY ALL)
         SELECT e.run, c.canary, c.doc_id, c.planned_visits, coalesce(t.visits, 0) AS trained_visits,
                coalesce(t.steps, []) AS steps, e.exposure, e.exposure_fit, e.rank, e.candidates, e.loglikelihood
         FROM canaries c JOIN train_canaries e USING (doc_id)
         LEFT JOIN trained t ON t.run = e.run AND t.doc_id = c.doc_id
-        WHERE $2 IS NULL OR c.canary = $2
-        ORDER BY e.run, c.planned_visits, c.canary""", [per_step, canary])
+        WHERE $canary IS NULL OR c.canary = $canary
+        ORDER BY e.run, c.planned_visits, c.canary""", {"per_step": per_step, "canary": canary})
     names = [d[0] for d in rel.description]
     return [dict(zip(names, r)) for r in rel.fetchall()]
 
