@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -83,15 +82,15 @@ def _alive_nodes(address: str) -> int:
 
 
 @pytest.fixture
-def cluster(monkeypatch, tmp_path):
+def cluster(monkeypatch):
     # Ray's token authentication (docs/scaling.md): every process - both nodes, the stage's driver - reads the
-    # token from RAY_AUTH_TOKEN_PATH (default ~/.ray/auth_token) and sends it when RAY_AUTH_MODE=token. `ray start
-    # --head` does not create one (on a fresh machine it stops: "no authentication token was found"), so the
-    # test writes its own, as an operator would with `ray get-auth-token --generate`.
-    token = tmp_path / "ray_auth_token"
-    token.write_text(secrets.token_hex(32))
-    token.chmod(0o600)
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    # token from ~/.ray/auth_token and sends it when RAY_AUTH_MODE=token. `ray start --head` does not create one
+    # (on a fresh machine it stops: "no authentication token was found"): the operator's step, as documented,
+    # creates it when missing. Not a token file of the test's own: the driver runs in this process, and Ray keeps
+    # the token it read for the process's life, so a later local ray.init here (test_ingest_real) would send the
+    # test's token to a cluster that expects ~/.ray's (measured: "InvalidAuthToken", a fresh-clone run).
+    subprocess.run([str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"], check=True,
+                   capture_output=True, timeout=60)
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     port = free_port()
     address = f"127.0.0.1:{port}"
