@@ -887,8 +887,9 @@ def test_a_scout_built_twice_elsewhere_has_the_same_dvc_hash(corpus, tmp_path):
     """Issue 24, item 5: the scout stage (stages/train.py, as dvc runs it) on the same inputs in two project
     directories at different absolute paths, with different TMPDIRs, at different times and (where this
     machine allows) under different host names, writes outputs with the same DVC hash: 2 ranks, so that
-    the checkpoints hold several ranks' shards and DCP's .metadata, and 2 seeds, so that a seed replica's
-    directory is in the output too. What is about the run (times, argv, the command, the host) is in the run
+    the checkpoints hold several ranks' shards and DCP's .metadata (which recorded the directory it was written
+    to and a random save id until tokenmill.train.checkpoint wrote its own), and 2 seeds, so that a seed
+    replica's directory is in the output too. Every file is compared byte for byte, not only the hash. What is about the run (times, argv, the command, the host) is in the run
     record, runs/<stage>.json, outside the output."""
     import shutil
     import subprocess

@@ -3,7 +3,9 @@ with TOKENMILL_RDZV_ENDPOINT on localhost, each as one node of 2 ranks, gloo ove
 the torchrun command the stage builds (torchrun_command) with --stop-after, as a job at its time limit. The
 layout is the multi-node presets' HSDP: replicate across the nodes x shard within each. A run checkpointed on
 two nodes resumes on one node (the same 4 ranks under one launcher) and continues bit for bit as the two-node
-run did; and the reverse, whose first half is a one-node run equal to the two-node run's."""
+run did. (The reverse, one node then two, ran here too until 2026-11-27: the same 2 x 2 mesh and the same 4
+ranks, so it restated this equality for the first four steps instead of the last four, at two more 4-rank
+launches, ~30 s of a suite that must fit in 15 minutes.)"""
 
 from __future__ import annotations
 
@@ -91,7 +93,7 @@ def _weights(out: Path) -> dict[str, torch.Tensor]:
     return load_file(str(out / "final" / "model.safetensors"))
 
 
-@pytest.mark.slow  # five torchrun launchers (3 of them two-node runs), 4 gloo ranks each time, on 2 cores
+@pytest.mark.slow  # three torchrun launchers (2 of them two-node runs), 4 gloo ranks each time, on 2 cores
 def test_two_nodes_train_as_one_and_a_checkpoint_moves_between_node_counts(corpus, tmp_path):
     two = tmp_path / "two_nodes"
     _stage_on_two_nodes(tmp_path, corpus, two)
@@ -115,11 +117,3 @@ def test_two_nodes_train_as_one_and_a_checkpoint_moves_between_node_counts(corpu
     assert _steps(moved) == ref
     for name, w in _weights(two).items():
         assert torch.equal(_weights(moved)[name], w), name
-
-    # And the reverse: one node to step 4, two nodes after.
-    back = tmp_path / "one_then_two"
-    _launch(1, tmp_path, corpus, back, "--stop-after", "4", nproc=4)
-    _launch(2, tmp_path, corpus, back)
-    assert _steps(back) == ref
-    for name, w in _weights(two).items():
-        assert torch.equal(_weights(back)[name], w), name

@@ -231,6 +231,7 @@ def run_experiments(repo: Path, members: Sequence[tuple[str, list[str]]], rung: 
             for o in overrides:
                 args += ["-S", o]
             _dvc(repo, *args, f"scout@{rung}")
+    jobs = max(1, min(jobs, len(todo)))  # a worker with nothing to run costs a DVC start-up (the verifying run: one)
     log(f"search: {len(members) - len(todo)} of {len(members)} experiments already held by DVC; "
         f"running {len(todo)} with {jobs} worker(s)")
     if todo:
