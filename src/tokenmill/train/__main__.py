@@ -79,7 +79,8 @@ def _exit(code: int) -> None:
     runtime aborts ("terminate called without an active exception", pytorch/pytorch#179291). Measured: 1 of
     about 7 demo builds, rank 1 (the rank that prints nothing, so reaches the exit first) killed by SIGABRT
     after the run had finished and written everything, so torchrun failed the stage. The process group is
-    destroyed before this (train()); nothing the run writes is left to the teardown."""
+    destroyed before this (train()); nothing the run writes is left to the teardown. (A profiler that writes its
+    results at exit, `python -m cProfile`, gets none: profile by calling main() from your own script.)"""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
