@@ -216,9 +216,12 @@ def zloss_comms_main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
+    from tokenmill.train.faults import exit_rank  # the ranks leave as the training entry point's do
+
     if sys.argv[1] == "probe":
         probe_main(*sys.argv[2:6])
     elif sys.argv[1] == "zloss_comms":
         zloss_comms_main(sys.argv[2])
     else:
         raise SystemExit(f"unknown command {sys.argv[1]!r}")
+    exit_rank(0)

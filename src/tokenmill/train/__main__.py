@@ -22,7 +22,7 @@ import torch
 
 from tokenmill.train.config import TrainConfigError
 from tokenmill.train.data import DataError
-from tokenmill.train.faults import record_reason
+from tokenmill.train.faults import exit_rank, record_reason
 
 
 def _one_line(text: str) -> str:
@@ -71,20 +71,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _exit(code: int) -> None:
-    """Leave without the interpreter's teardown, once every output is written and the streams are flushed.
-
-    Why: a gloo worker thread can still hold the last collective's tensors when the interpreter finalizes;
-    dropping them needs the GIL, which a finalizing interpreter refuses by ending the thread, and the C++
-    runtime aborts ("terminate called without an active exception", pytorch/pytorch#179291). Measured: 1 of
-    about 7 demo builds, rank 1 (the rank that prints nothing, so reaches the exit first) killed by SIGABRT
-    after the run had finished and written everything, so torchrun failed the stage. The process group is
-    destroyed before this (train()); nothing the run writes is left to the teardown. (A profiler that writes its
-    results at exit, `python -m cProfile`, gets none: profile by calling main() from your own script.)"""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _exit(main())
+    exit_rank(main())

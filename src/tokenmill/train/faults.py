@@ -134,6 +134,22 @@ def restarts(root: Path, world: int, log_text: str = "") -> list[dict]:
     return out
 
 
+def exit_rank(code: int) -> None:
+    """How a rank torchrun launched leaves once the process group is destroyed and every output is written:
+    the streams flushed, then without the interpreter's teardown.
+
+    Why: a gloo worker thread can still hold the last collective's tensors when the interpreter finalizes;
+    dropping them needs the GIL, which a finalizing interpreter refuses by ending the thread, and the C++
+    runtime aborts ("terminate called without an active exception", pytorch/pytorch#179291). Measured: 1 of
+    about 7 demo builds, rank 1 (the rank that prints nothing, so reaches the exit first) killed by SIGABRT
+    after the run had finished and written everything, so torchrun failed the stage. The process group is
+    destroyed before this (train(), or the script's own destroy_process_group); nothing is left to the
+    teardown. (A profiler that writes its results at exit, `python -m cProfile`, gets none: profile by calling
+    the entry point's main() from your own script.)"""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
 class Watchdog:
     """Ends this rank when the loop shows no sign of life for `seconds` (a collective that never returns, a
     device or file system that stopped answering): one line naming the rank and the step, on stderr and in the
