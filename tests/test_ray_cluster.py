@@ -81,6 +81,25 @@ def _alive_nodes(address: str) -> int:
     return int(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else 0
 
 
+def _warm(address: str) -> None:
+    """Connect this process (the stages' driver) and run one task on each node, pinned to it.
+
+    Ray hands a driver's queued tasks to whichever worker it has already leased: a node whose first worker is
+    still starting when the other node has run all six of a stage's tasks gets none (measured: 3 runs in 5
+    with another process busy on both cores; `SPREAD` scheduling did the same). A worker started on each node
+    for this driver beforehand, as on a cluster that has been up a while, makes both nodes' leases ready; the
+    stage then finds Ray already connected and uses this connection."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address=address, log_to_driver=False)
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    here = ray.remote(lambda: ray.get_runtime_context().get_node_id())
+    ran = ray.get([here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                   for n in nodes], timeout=120)
+    assert sorted(ran) == sorted(nodes) and len(nodes) == 2, (ran, nodes)
+
+
 @pytest.fixture
 def cluster(monkeypatch):
     # Ray's token authentication (docs/scaling.md): every process - both nodes, the stage's driver - reads the
@@ -106,8 +125,11 @@ def cluster(monkeypatch):
         while _alive_nodes(address) < 2:
             assert time.time() < deadline and second.proc.poll() is None, Path(second.log.name).read_text()[-3000:]
             time.sleep(1)
+        _warm(address)
         yield address, head, second
     finally:
+        import ray
+        ray.shutdown()
         for node in reversed(nodes):
             node.stop()
         left = [p for node in nodes for p in node.processes()]
