@@ -2,7 +2,8 @@
 
 Usage (dvc.yaml): python stages/train.py <run> <plan stage> <token stage> [<evalset stage>]
   run: `pretrain` (params model, train), or `scout/<name>`: one rung of the scout ladder (params
-  scouts.<name>, train): its own model size and token budget, the same recipe, the same plan.
+  scouts.<name> and every train key but the seeds): its own model size, token budget and seed, the same
+  recipe, the same plan.
 The run resumes from its newest complete checkpoint when a crash interrupted it (the output is persistent).
 The evalset stage's benchmark requests are scored at every evaluation (tokenmill.evaluate.evalset).
 """
@@ -11,7 +12,8 @@ import sys
 
 from tokenmill.runtime import load_params, script
 from tokenmill.train.config import TrainConfigError
-from tokenmill.train.stage import LaunchError, lr_sweep, run_train_stage, scout_run_config, seed_replicas
+from tokenmill.train.stage import (SCOUT_RECIPE, LaunchError, lr_sweep, run_train_stage, scout_run_config,
+                                   seed_replicas)
 
 
 def main(run: str, plan_stage: str, token_stage: str, evalset_stage: str | None = None) -> int:
@@ -21,7 +23,7 @@ def main(run: str, plan_stage: str, token_stage: str, evalset_stage: str | None 
             cfg, replicas, sweep = {"model": p["model"], "train": p["train"]}, [], []
         else:
             name = run.removeprefix("scout/")
-            stage, p = f"scout@{name}", load_params(f"scouts.{name}", "train")
+            stage, p = f"scout@{name}", load_params(f"scouts.{name}", *(f"train.{k}" for k in SCOUT_RECIPE))
             cfg = scout_run_config(p["scouts"][name], p["train"])
             replicas = seed_replicas(p["scouts"][name], cfg)  # scouts.<name>.seeds - 1 more runs
             sweep = lr_sweep(p["scouts"][name], cfg)  # one more run per scouts.<name>.lrs

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.runtime import script
-from train_helpers import PROJECT_ROOT, build_corpus, tiny_run
+from train_helpers import PROJECT_ROOT, build_corpus, full_train, tiny_run
 
 # --- script(): one line for a user's error, a traceback for a bug ------------------------------------------
 
@@ -135,7 +135,7 @@ def test_a_failed_scout_prints_the_reason_from_its_log_in_one_line(corpus, tmp_p
     """A budget too small for one step: every rank says so and exits 2, then torchrun prints its own
     traceback and a banner ending in '====', which is what the stage used to repeat."""
     cfg = tiny_run(max_steps=4, launch={"nproc_per_node": 2})
-    params = {"train": cfg["train"], "scouts": {"s1": {"model": cfg["model"], "token_budget": 100}}}
+    params = {"train": full_train(cfg), "scouts": {"s1": {"model": cfg["model"], "token_budget": 100}}}
     project = _project(tmp_path / "proj", corpus, params)
     script_path = str(PROJECT_ROOT / "stages" / "train.py")
     proc = subprocess.run([sys.executable, script_path, "scout/s1", "mixture", "tokenize"], cwd=project,

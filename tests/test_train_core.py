@@ -18,7 +18,7 @@ import torch
 
 from tokenmill.train.config import TrainConfigError, model_size, parse_model, parse_run
 from tokenmill.train.metrics import mfu, peak_flops
-from train_helpers import build_corpus, heldout_targets, tiny_run, unigram_entropy
+from train_helpers import build_corpus, full_train, heldout_targets, tiny_run, unigram_entropy
 
 HAND_MODEL = {"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 128}
 
@@ -898,7 +898,7 @@ def test_a_scout_built_twice_elsewhere_has_the_same_dvc_hash(corpus, tmp_path):
     import yaml
 
     cfg = tiny_run(max_steps=8, launch={"nproc_per_node": 2})
-    params = {"train": cfg["train"], "scouts": {"s1": {"model": cfg["model"], "token_budget": 400_000, "seeds": 2}}}
+    params = {"train": full_train(cfg), "scouts": {"s1": {"model": cfg["model"], "token_budget": 400_000, "seeds": 2}}}
     script_path = str(Path(__file__).resolve().parents[1] / "stages" / "train.py")
     outputs = []
     for project, prefix in ((tmp_path / "one" / "proj", []),
@@ -935,8 +935,8 @@ def test_a_scout_sweeps_the_learning_rate_and_names_the_best_for_the_full_run(co
     from tokenmill.forecast import read_summaries
 
     cfg = tiny_run(max_steps=24)
-    params = {"train": cfg["train"], "scouts": {"s1": {"model": cfg["model"], "token_budget": 400_000,
-                                                       "lrs": [1.0e-5]}}}
+    params = {"train": full_train(cfg), "scouts": {"s1": {"model": cfg["model"], "token_budget": 400_000,
+                                                          "lrs": [1.0e-5]}}}
     project = tmp_path / "proj"
     for stage in ("mixture", "tokenize"):
         shutil.copytree(corpus / stage, project / "data" / stage)

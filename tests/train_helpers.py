@@ -132,6 +132,14 @@ def tiny_run(**train_overrides) -> dict:
     return {"model": model, "train": train}
 
 
+def full_train(run: dict) -> dict:
+    """A run's train section as params.yaml holds it (composed from conf/: every key, defaults filled in), for a
+    stage script that reads it key by key."""
+    from tokenmill.train.config import TrainConfig
+
+    return TrainConfig.model_validate(run["train"]).model_dump(mode="json")
+
+
 # Every rank on this machine: one OpenMP thread, gloo over loopback.
 RANK_ENV = {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
 

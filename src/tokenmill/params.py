@@ -573,12 +573,13 @@ class Execution(_Section):
 
 class Scout(_Section):
     """A rung of the scout ladder: its model, its token budget (null: train.tokens_per_param x parameters),
-    its seed replicas, its micro-batch and its learning-rate sweep (the training schemas check the model and the
+    its seed replicas and their seed, its micro-batch and its learning-rate sweep (the training schemas check the model and the
     rung's run)."""
 
     model: dict
     token_budget: Positive | None
     seeds: Positive = 1
+    seed: int = 0  # the rung's runs: replica k initialises and orders its windows with seed + k (not train.seed)
     micro_batch: Positive | None = None
     lrs: list[Annotated[float, Field(gt=0)]] = []  # one more run per peak learning rate (tokenmill.train.stage.lr_sweep)
 
