@@ -508,7 +508,7 @@ def test_real_crawl_preset_runs_as_shipped(demo):
         status = _run(["dvc", "queue", "status"], repo).stdout
         if not any(word in status for word in ("Queued", "Running")):
             break
-        time.sleep(2)
+        time.sleep(5)  # each poll is a DVC start-up (0.7 CPU-s)
     log = _run(["dvc", "queue", "logs", "crawl"], repo, check=False).stdout
     _run(["dvc", "queue", "stop"], repo, check=False)
     assert "Failed" not in status and "Success" in status, log + status

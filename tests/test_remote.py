@@ -64,9 +64,7 @@ def _dvc(args: list[str], cwd: Path, check: bool = True) -> subprocess.Completed
 @pytest.mark.slow  # copies the tiny run, pushes it, clones and pulls it, and runs one experiment
 def test_a_second_clone_pulls_the_teams_outputs_and_experiments(tiny, store, tmp_path):
     first = tmp_path / "first"
-    shutil.copytree(tiny, first, symlinks=True)
-    tiny_run.run(["git", "add", "-A"], first)
-    tiny_run.run(["git", "commit", "-qm", "the tiny run, built"], first)
+    shutil.copytree(tiny, first, symlinks=True)  # committed as built (tiny_run.build)
     # The team's remote, as README says: the URL and endpoint in .dvc/config (committed), the keys in the
     # environment only.
     _dvc(["remote", "add", "-d", "team", "s3://team/cache"], first)
