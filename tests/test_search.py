@@ -191,16 +191,19 @@ def test_a_swarm_through_the_dvc_queue_proposes_and_verifies_a_preset(tiny, swar
 
 
 @pytest.mark.slow  # reruns the tiny run's search twice
-def test_a_rerun_runs_nothing(tiny, swarm):
-    """The same search again: every member and the verifying run are held by DVC under their names (the hash
-    of what their stages read), so nothing runs and the result is the same. A larger swarm's first draws are
-    the smaller one's (test_draws_are_seeded_within_the_caps_and_a_larger_swarm_extends_a_smaller), so it
-    holds them by the same names and runs only its new draws."""
+def test_a_rerun_runs_nothing_and_a_larger_swarm_runs_only_its_new_draw(tiny, swarm):
     out, _ = swarm
     again = tiny_run.run(SEARCH, tiny)
     assert "6 of 6 experiments already held by DVC; running 0" in again.stderr
     assert "1 of 1 experiments already held by DVC; running 0" in again.stderr
     assert json.loads(again.stdout) == out
+    # A larger swarm: only the new draw runs, and the fit is made again over seven runs (its proposal is not
+    # verified here: that is the first search's part, and would cost one more experiment).
+    larger = tiny_run.run([*SEARCH[:5], "7", *SEARCH[6:], "--no-verify", "--name", "larger"], tiny)
+    assert "6 of 7 experiments already held by DVC; running 1" in larger.stderr
+    grown = json.loads(larger.stdout)
+    assert len(grown["swarm"]) == 7 and grown["swarm"][:6] == out["swarm"] and grown["fit"] != out["fit"]
+    assert "verified" not in grown and (tiny / "conf" / "mixture" / "larger.yaml").exists()
 
 
 @pytest.mark.slow  # the tiny run's search and forecast on the decision page, in headless chromium
