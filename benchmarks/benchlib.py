@@ -60,7 +60,7 @@ def timed_run(scale: str, steps: int, tmp: Path, checkpoint_interval: int, scout
     params = yaml.safe_load((tmp / "params.yaml").read_text())
     train = params["train"]
     if scout:
-        from tokenmill.train.stage import scout_run_config
+        from tokenmill.train.config import scout_run_config
 
         run = scout_run_config(params["scouts"][scout], train)
         params["model"], train = run["model"], run["train"]

@@ -11,9 +11,8 @@ The evalset stage's benchmark requests are scored at every evaluation (tokenmill
 import sys
 
 from tokenmill.runtime import load_params, script
-from tokenmill.train.config import TrainConfigError
-from tokenmill.train.stage import (SCOUT_RECIPE, LaunchError, lr_sweep, run_train_stage, scout_run_config,
-                                   seed_replicas)
+from tokenmill.train.config import SCOUT_RECIPE, TrainConfigError, scout_run_config
+from tokenmill.train.stage import LaunchError, lr_sweep, run_train_stage, seed_replicas
 
 
 def main(run: str, plan_stage: str, token_stage: str, evalset_stage: str | None = None) -> int:

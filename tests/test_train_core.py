@@ -135,7 +135,7 @@ def test_scale_presets_fit_their_launch_and_their_ladder_climbs(scale, tmp_path)
     micro-batches; the scout ladder the scale selects grows in parameters and tokens, every rung a few
     dozen optimizer steps at least (a rung below one step would give the forecast nothing)."""
     from tokenmill.train.config import mesh_shape
-    from tokenmill.train.stage import scout_run_config
+    from tokenmill.train.config import scout_run_config
 
     p = _composed(tmp_path, f"scale={scale}")
     run = parse_run({"model": p["model"], "train": p["train"]})
@@ -176,7 +176,7 @@ def test_h100_presets_train_the_reference_shape(tmp_path):
     SwiGLU 3 x 2048 x 5632, two norms 2 x 2048 = 45,092,864; 16 layers 721,485,824; final norm 2,048;
     embedding and untied output 2 x 32768 x 2048 = 134,217,728: 855,705,600. The h100 scouts train 20 tokens
     per parameter: 58,729,984 / 125,849,856 / 247,499,776 parameters by the same sums."""
-    from tokenmill.train.stage import scout_run_config
+    from tokenmill.train.config import scout_run_config
 
     for scale in ("h100_1x", "h100_8x", "h100_64x"):
         p = _composed(tmp_path, f"scale={scale}")
@@ -214,7 +214,7 @@ def test_out_of_gpu_memory_is_one_line_naming_the_micro_batch(monkeypatch, tmp_p
     (0, "scouts.*.micro_batch: expected a positive integer or null, got 0"),
 ])
 def test_a_scout_micro_batch_of_the_wrong_type_names_its_key(micro, message):
-    from tokenmill.train.stage import scout_run_config
+    from tokenmill.train.config import scout_run_config
 
     with pytest.raises(TrainConfigError, match=message.replace("*", r"\*")):
         scout_run_config({"model": {}, "token_budget": None, "micro_batch": micro}, {"micro_batch": 8})

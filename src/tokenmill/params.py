@@ -770,7 +770,7 @@ def problems(params: Mapping[str, Any]) -> list[str]:
         else:
             for name, spec in sources.items():
                 out += check_section(f"sources.{name}", spec, Source)
-    from tokenmill.train.config import ModelConfig, TrainConfig, TrainConfigError, parse_run
+    from tokenmill.train.config import ModelConfig, TrainConfig, TrainConfigError, parse_run, scout_run_config
 
     run_lines = check_section("model", params.get("model"), ModelConfig) + \
         check_section("train", params.get("train"), TrainConfig)
@@ -789,11 +789,8 @@ def problems(params: Mapping[str, Any]) -> list[str]:
                 lines = check_section(f"scouts.{rung}", spec, Scout)
                 out += lines
                 if not lines and not run_lines:
-                    train = {**params["train"], "token_budget": spec["token_budget"]}
-                    if spec.get("micro_batch") is not None:
-                        train["micro_batch"] = spec["micro_batch"]
-                    try:
-                        parse_run({"model": spec["model"], "train": train})
+                    try:  # the rung's run exactly as the scout stage trains it
+                        parse_run(scout_run_config(spec, params["train"]))
                     except TrainConfigError as exc:
                         out += [f"scouts.{rung}: {line}" for line in str(exc).split("; ")]
     if "forecast" in params:

@@ -40,7 +40,7 @@ from tokenmill.runtime import (
     sha1_file,
     write_json,
 )
-from tokenmill.train.config import LaunchConfig, TrainConfig, TrainConfigError, mesh_shape, parse_run
+from tokenmill.train.config import LaunchConfig, TrainConfigError, mesh_shape, parse_run
 from tokenmill.train.faults import REASONS_ENV, first_reason, last_attempt, restarts
 
 # Files of a finished run that are a function of configuration and data alone (contract 5). Checkpoints
@@ -102,44 +102,6 @@ def failure_reason(reasons: Path | None, log_text: str, world: int = 1) -> str:
     report = next((i for i, line in enumerate(lines) if _TORCHRUN_REPORT.search(line)), len(lines))
     meaningful = [line.strip() for line in lines[:report] or lines if line.strip() and set(line.strip()) - set("=-")]
     return " ".join(meaningful[-1].split()) if meaningful else "no output"
-
-
-# What a scout takes of the full run's recipe (the train section): everything but its seeds. A rung is seeded by
-# the ladder (scouts.<rung>.seed), so a seed study of the full run (`-S train.seed=1 -S train.data_seed=1`)
-# trains the full run again and not the ladder, whose seed noise its own replicas measure (on the e2e demo the
-# seed-only experiment took 75 s, 30 of them retraining the scouts). dvc.yaml declares these keys as the
-# scout stages' params; the dependency test (tests/test_pipeline_e2e.py) checks the two lists agree.
-SCOUT_RECIPE = tuple(k for k in TrainConfig.model_fields if k not in ("seed", "data_seed"))
-
-
-def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:
-    """A rung of the scout ladder ({model: {...}, token_budget: N[, seeds: K][, seed: S][, micro_batch: M]}) with
-    the full run's recipe (train, its seeds left out).
-
-    token_budget null trains it, like the full run, on train.tokens_per_param x its own parameters.
-    seed (default 0) initialises the rung's run and draws the order of its windows (always shuffled: the plan's
-    order, train.data_seed null, is a study of the full run; RESULTS, "Compare").
-    micro_batch replaces the full run's: a small model is overhead-bound and wants larger micro-batches
-    (measured on one H100: RESULTS.md, "Training on one H100: findings (2026-11-25)")."""
-    keys = {"model", "token_budget", "seeds", "seed", "micro_batch", "lrs"}
-    if not isinstance(scout, Mapping) or not {"model", "token_budget"} <= set(scout) <= keys:
-        got = sorted(scout) if isinstance(scout, Mapping) else type(scout).__name__
-        raise TrainConfigError(f"a scout needs the keys model and token_budget (and optionally seeds, seed, "
-                               f"micro_batch, lrs), got {got}")
-    budget = scout["token_budget"]
-    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool)):
-        raise TrainConfigError(f"scouts.*.token_budget: expected an integer or null, got {budget!r}")
-    seed = scout.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TrainConfigError(f"scouts.*.seed: expected an integer, got {seed!r}")
-    train = {**{k: v for k, v in train_cfg.items() if k in SCOUT_RECIPE}, "token_budget": budget,
-             "seed": seed, "data_seed": seed}
-    if "micro_batch" in scout:
-        micro = scout["micro_batch"]
-        if micro is not None and (not isinstance(micro, int) or isinstance(micro, bool) or micro < 1):
-            raise TrainConfigError(f"scouts.*.micro_batch: expected a positive integer or null, got {micro!r}")
-        train["micro_batch"] = micro
-    return {"model": dict(scout["model"]), "train": train}
 
 
 def lr_sweep(scout: Mapping, run_cfg: Mapping) -> list[dict]:
