@@ -166,6 +166,9 @@ class ParallelConfig(_Strict):
     compile: bool = False  # torch.compile each block
     param_dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on GPU, float32 on CPU
     reduce_dtype: Literal["float32", "bfloat16"] = "float32"
+    # torchao's float8 training for the blocks' linears (tensorwise or rowwise scaling; the output layer stays
+    # in param_dtype): parallel.apply_float8. "none" until a measurement on the preset's GPU says it pays.
+    float8: Literal["none", "tensorwise", "rowwise"] = "none"
 
 
 class LaunchConfig(_Strict):

@@ -1,5 +1,5 @@
-"""Parallelism applied to the plain model from outside (torchtitan's order): tensor parallel, activation
-checkpointing, torch.compile per block, then FSDP2 per block and at the root.
+"""Parallelism applied to the plain model from outside (torchtitan's order): float8 linears, tensor parallel,
+activation checkpointing, torch.compile per block, then FSDP2 per block and at the root.
 
 One code path for every layout: a single process is a 1-rank mesh (FSDP2 over one rank is a no-op for the
 maths and keeps parameters, checkpoints and resume the same DTensors as on a cluster). CPU runs use gloo and
@@ -179,7 +179,21 @@ def write_param(param: torch.Tensor, full: torch.Tensor) -> None:
         param.copy_(full)
 
 
+def apply_float8(model: Transformer, recipe: str) -> None:
+    """torchao's float8 training (train.parallel.float8): every linear of the blocks computes its three matrix
+    products in float8 with dynamic scales (tensorwise: one scale per tensor; rowwise: one per row, more
+    accurate, slower kernels), keeping its weight, its name and its checkpoint in param_dtype. The output layer
+    stays as it is (torchtitan's choice too: the logits' precision matters most). Dimensions must be multiples of
+    16 for the float8 kernels: every preset's are."""
+    if recipe == "none":
+        return
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    convert_to_float8_training(model.layers, config=Float8LinearConfig.from_recipe_name(recipe))
+
+
 def parallelize(model: Transformer, layout: Layout, par: ParallelConfig, device_type: str) -> None:
+    apply_float8(model, par.float8)
     if layout.tp_mesh is not None:
         apply_tp(model, layout.tp_mesh)
     apply_ac(model, par.activation_checkpoint)
