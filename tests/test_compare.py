@@ -142,3 +142,65 @@ def test_render_shows_ranking_pairs_verdict_and_data():
     text = C.render(C.compare([a, b], "arc_easy.bpb"), C.data_differences([a, b]))
     assert "arc_easy.bpb (lower is better)" in text and "better wins on arc_easy.bpb" in text
     assert "95% interval" in text and "code tokens" in text and "  better  55  2  40  60" in text
+
+
+# --- through DVC on a clone that never built its own commit ----------------------------------------------
+
+EVALUATE = '''import json, math, pathlib, yaml
+shift = yaml.safe_load(open("params.yaml"))["shift"]
+out = pathlib.Path("data/evaluate/samples")
+out.mkdir(parents=True, exist_ok=True)
+with open(out / "tm_heldout_web.jsonl", "w") as f:
+    for i in range(30):  # bits per byte 2 + shift (+ a little per document)
+        n = 200 + 37 * i
+        f.write(json.dumps({"bucket": "web", "doc_id": f"d{i}", "bytes": n,
+                            "loglikelihood": -n * math.log(2) * (2.0 + shift + 0.01 * (i % 7))}) + "\\n")
+'''
+
+
+def test_a_clone_that_never_built_main_compares_its_experiments_and_names_main(tmp_path):
+    """A user clones the project (git carries dvc.lock, not the DVC cache), runs two experiments and types
+    `tokenmill compare`: main's outputs are not in the clone's cache. Each unreadable revision is named with why
+    and what to run, and the experiments that can be read are compared; with fewer than two left, one line says
+    so. A real git clone and real `dvc exp run`s of a one-stage pipeline that writes what compare reads."""
+    from tiny_run import run
+
+    origin, clone = tmp_path / "origin", tmp_path / "clone"
+    origin.mkdir()
+    (origin / "evaluate.py").write_text(EVALUATE)
+    (origin / "params.yaml").write_text("shift: 0.0\ntrain: {seed: 0}\n")
+    (origin / "dvc.yaml").write_text("stages:\n  evaluate:\n    cmd: python evaluate.py\n    deps: [evaluate.py]\n"
+                                     "    params: [shift]\n    outs: [data/evaluate]\n")
+    for args in (["git", "init", "-q", "-b", "main"], ["dvc", "init", "-q"], ["dvc", "repro", "-q"],
+                 ["git", "add", "-A"], ["git", "commit", "-qm", "main, built"]):
+        run(args, origin)
+    run(["git", "clone", "-q", str(origin), str(clone)], tmp_path)
+    for name, shift in (("wide", "0.5"), ("narrow", "0.25")):
+        run(["dvc", "exp", "run", "-q", "-S", f"shift={shift}", "-n", name], clone)
+
+    proc = run(["tokenmill", "compare", "--metric", "heldout_bpb.web", "--json"], clone)
+    result = json.loads(proc.stdout)["comparisons"][0]
+    assert [r["name"] for r in result["ranking"]] == ["narrow", "wide"] and result["winner"] == "narrow"
+    assert result["ranking"][0]["value"] == pytest.approx(2.25 + 0.03, abs=0.01)
+    left_out = [line for line in proc.stderr.splitlines() if line.startswith("tokenmill: left out")]
+    assert len(left_out) == 1 and "left out main: its outputs are not in this clone's DVC cache" in left_out[0]
+    assert "dvc pull" in left_out[0] and "dvc repro" in left_out[0]
+
+    proc = run(["tokenmill", "compare", "wide", "main", "nosuch", "--metric", "heldout_bpb.web"], clone, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 3 and "Traceback" not in proc.stderr
+    assert lines[0].startswith("tokenmill: left out main: its outputs are not in this clone's DVC cache")
+    assert lines[1].startswith("tokenmill: left out nosuch: no experiment, branch, tag or commit")
+    assert lines[2] == ("tokenmill: compare needs two readable experiments or more, got 1 (wide); the others are "
+                        "left out above")
+
+
+def test_identical_experiments_render_without_dividing_by_zero():
+    """Two runs with the same outputs (the same parameters twice, or an experiment equal to its baseline) have no
+    noise and no difference: the pair is `identical`, not a division by zero."""
+    a, b = _exp("a"), _exp("b")
+    b.items, b.heldout = a.items, a.heldout
+    result = C.compare([a, b], "heldout_bpb.code")
+    text = C.render(result, [])
+    assert "identical" in text and result["winner"] is None

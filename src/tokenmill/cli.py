@@ -298,7 +298,13 @@ def _compare(args) -> int:
 
     try:
         chosen = C.resolve(args.experiments, args.repo)
-        exps = [C.load(name, rev, args.repo) for name, rev in chosen]
+        exps, unreadable = C.load_all(chosen, args.repo)
+        for line in unreadable:  # each revision left out, why, and what to run
+            print(f"tokenmill: left out {line}", file=sys.stderr)
+        if len(exps) < 2:
+            raise C.CompareError(f"compare needs two readable experiments or more, got {len(exps)}"
+                                 + (f" ({', '.join(e.name for e in exps)})" if exps else "")
+                                 + ("; the others are left out above" if unreadable else ""))
         metrics = args.metric or [C.FROM_DECISION.get(exps[0].decision_metric, exps[0].decision_metric or "heldout_bpb")]
         results = [C.compare(exps, m) for m in metrics]
     except C.CompareError as exc:

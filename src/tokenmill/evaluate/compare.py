@@ -123,7 +123,7 @@ def revision_fs(repo: str, rev: str, name: str):
     try:
         return DVCFileSystem(repo, rev=None if rev == "workspace" else rev)
     except Exception as exc:  # DVC's own errors: an unknown revision, not a DVC repository
-        raise CompareError(f"{name}: {type(exc).__name__}: {exc}".split("\n")[0]) from None
+        raise _dvc_error(name, rev, exc) from None
 
 
 def _open(fs, path: str, rev: str, name: str, mode: str = "r"):
@@ -143,6 +143,24 @@ def _read_json(fs, path: str, rev: str, name: str, missing_ok: bool = False):
         raise
 
 
+def _dvc_error(name: str, rev: str, exc: Exception) -> CompareError:
+    """One line for DVC's error reading a revision: what is wrong and what to run.
+
+    An evaluation DVC knows (dvc.lock names its outputs) whose files this machine's cache lacks (a fresh clone,
+    a branch built elsewhere) is `DataIndexDirError: failed to load directory`; an unknown name, `RevError`."""
+    kind = type(exc).__name__
+    if kind == "RevError":
+        return CompareError(f"{name}: no experiment, branch, tag or commit of that name here (`dvc exp show` "
+                            f"lists the experiments; `dvc exp pull <remote> {name}` fetches another's)")
+    if "DataIndex" not in kind:
+        return CompareError(f"{name}: {kind}: {exc}".split("\n")[0])
+    short = rev[:7] if len(rev) == 40 else rev
+    return CompareError(f"{name}: its outputs are not in this clone's DVC cache ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0]}): fetch them with `dvc pull` (a DVC remote), or rebuild them "
+                        f"with `git checkout {short} && dvc repro`, or leave {name} out by naming the experiments "
+                        f"to compare")
+
+
 def load(name: str, rev: str, repo: str = ".") -> Experiment:
     """One experiment's per-item results, noise and mixture at its revision."""
     exp = Experiment(name=name, rev=rev)
@@ -150,9 +168,10 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
     try:
         files = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(SAMPLES, detail=False))
     except FileNotFoundError:
-        raise CompareError(f"{name}: no {SAMPLES} at {rev}: the evaluate stage has not run there") from None
+        raise CompareError(f"{name}: no {SAMPLES} at {rev}: the evaluate stage has not run there "
+                           f"(`dvc exp run` or `dvc repro` runs it)") from None
     except Exception as exc:  # DVC's own errors
-        raise CompareError(f"{name}: {type(exc).__name__}: {exc}".split("\n")[0]) from None
+        raise _dvc_error(name, rev, exc) from None
     for file in files:
         with _open(fs, f"{SAMPLES}/{file}", rev, name) as f:
             rows = [json.loads(line) for line in f if line.strip()]
@@ -174,6 +193,18 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
     with _open(fs, "params.yaml", rev, name) as f:
         exp.recipe = recipe_of(yaml.safe_load(f) or {})
     return exp
+
+
+def load_all(chosen: Sequence[tuple[str, str]], repo: str = ".") -> tuple[list[Experiment], list[str]]:
+    """The experiments that can be read, and one line for each that cannot (why, and what to run): a clone
+    that ran experiments but never built its own commit still compares the experiments."""
+    exps, unreadable = [], []
+    for name, rev in chosen:
+        try:
+            exps.append(load(name, rev, repo))
+        except CompareError as exc:
+            unreadable.append(str(exc))
+    return exps, unreadable
 
 
 def _seed_noise(fs, rev: str, name: str) -> dict[str, float]:
@@ -358,6 +389,14 @@ def data_differences(exps: Sequence[Experiment]) -> list[dict]:
              "heldout_documents": e.mixture.get("heldout_documents")} for e in exps]
 
 
+def _sigmas(p: Mapping) -> str:
+    """How many σ apart a pair is; with no noise at all (identical items and no training noise: the same outputs
+    twice) the count is undefined, not infinite."""
+    if p["sigma"] > 0:
+        return f"{abs(p['difference']) / p['sigma']:.1f} σ"
+    return "identical" if p["difference"] == 0 else "no noise measured"
+
+
 def render(result: Mapping, data: Sequence[Mapping]) -> str:
     """The comparison as text: the ranking with σ, each pair's difference and interval, the verdict, the data."""
     m = result["metric"]
@@ -371,7 +410,7 @@ def render(result: Mapping, data: Sequence[Mapping]) -> str:
         lo, hi = p["interval"]
         lines.append(f"  {p['a']} - {p['b']}: {p['difference']:+.4f}, 95% interval over {p['items']} items "
                      f"[{lo:+.4f}, {hi:+.4f}]; σ items {p['sigma_items']:.4f}, training {p['sigma_training_a']:.4f} "
-                     f"/ {p['sigma_training_b']:.4f}: {abs(p['difference']) / p['sigma']:.1f} σ "
+                     f"/ {p['sigma_training_b']:.4f}: {_sigmas(p)} "
                      f"({'separated' if p['separated'] else 'within the noise'}"
                      f"{', seed replicas of one recipe' if p.get('replicas') else ''})")
     lines += ["", result["verdict"], ""]
