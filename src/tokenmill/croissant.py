@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from tokenmill.lineage.connect import DB_NAME, connect
-from tokenmill.runtime import read_manifest, remove_stale, temporary
+from tokenmill.runtime import read_manifest, remove_stale, swap_into_place, temporary
 
 CROISSANT, CARD = "croissant.json", "README.md"
 PARQUET, BINARY = "application/x-parquet", "application/octet-stream"
@@ -113,11 +113,7 @@ def write_release(project: str | Path, out_dir: str | Path) -> dict:
         (tmp / CROISSANT).write_text(json.dumps(croissant(facts, tmp), indent=2, ensure_ascii=False) + "\n",
                                      encoding="utf-8")
         (tmp / CARD).write_text(card(facts), encoding="utf-8")
-        old = temporary(out_dir, "old")
-        if out_dir.exists():
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -228,6 +228,17 @@ def temporary(path: str | Path, kind: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{kind}-{os.getpid()}@{HOST}")
 
 
+def swap_into_place(tmp: str | Path, out_dir: str | Path) -> None:
+    """Replace out_dir by the finished tmp: the old output disappears only once the new one is complete (a
+    reader sees the old tree or the new one, never a half-written one)."""
+    tmp, out_dir = Path(tmp), Path(out_dir)
+    old = temporary(out_dir, "old")
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -462,12 +473,7 @@ class StageRun(StageResult):
         manifest = {"stage": self.stage, "input_stage": self.input_stage, "counts": counts, "digest": digest,
                     **extra}
         write_json(self.tmp / "manifest.json", manifest)
-        # Swap into place: the old output disappears only once the new one is complete.
-        old = temporary(self.out_dir, "old")
-        if self.out_dir.exists():
-            os.replace(self.out_dir, old)
-        os.replace(self.tmp, self.out_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_into_place(self.tmp, self.out_dir)
 
         record = run_record(self.stage, self.params, self.input_hashes, self.libraries, self.started,
                             input_stage=self.input_stage, digest=digest, counts=counts, timing=timing)

@@ -5,7 +5,8 @@ One lm-eval run (simple_evaluate, one model load) over task folders generated in
 `TaskManager(include_path=..., include_defaults=False)` indexes only those folders (the built-in tasks
 take seconds to index and would reach for the hub).
 
-Output directory, written under a temporary name and renamed when complete:
+Output directory, written in place (the evaluate stage's StageRun gives a fresh temporary folder and swaps it in
+whole, runtime.swap_into_place):
     results.json          deterministic: settings, held-out perplexity per bucket, per benchmark items, dirty
                           items and every metric on all / clean items with the difference (scores.py).
                           Timings are not in it: run_evaluation returns them separately.

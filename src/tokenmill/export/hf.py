@@ -245,9 +245,9 @@ def export_run(run_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Pa
                step: int | None = None) -> dict:
     """Write out_dir: config.json, model.safetensors, generation_config.json and the tokenizer files.
 
-    step None exports final/; a step number exports checkpoints/step_<N>. The directory is written under a
-    temporary name beside out_dir and renamed over it when complete. Returns a summary (architecture,
-    parameters, source) that is also written to out_dir/export.json.
+    step None exports final/; a step number exports checkpoints/step_<N>. Written in place: the export stage's
+    StageRun hands it a fresh temporary folder and swaps it in whole (runtime.swap_into_place). Returns a
+    summary (architecture, parameters, source) that is also written to out_dir/export.json.
     """
     from safetensors.torch import save_file
 

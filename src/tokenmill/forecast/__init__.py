@@ -42,7 +42,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tokenmill.train.config import model_size, parse_model, parse_train
+from tokenmill.train.config import model_size, parse_model, parse_train, run_steps
 
 
 class ForecastError(ValueError):
@@ -176,15 +176,11 @@ def scout_points(scouts: Sequence[Mapping], cfg: ForecastConfig, metric: str = "
 def target_of(model_cfg: Mapping, train_cfg: Mapping, vocab_size: int, plan_tokens: int) -> dict:
     """The full run's size, tokens and compute from its configuration, before it trains.
 
-    The steps follow tokenmill.train.loop.plan_steps: the token budget (tokens_per_param x parameters when
-    not set), no more than the plan holds, capped by max_steps; every step is seq_len x global_batch tokens.
+    The steps are the trainer's (tokenmill.train.config.run_steps); every step is seq_len x global_batch tokens.
     """
     model, train = parse_model(model_cfg), parse_train(train_cfg)
     size = model_size(model, vocab_size, train.seq_len)
-    budget = train.token_budget or int(train.tokens_per_param * size["params"])
-    steps = min(budget // train.tokens_per_step, max(0, (plan_tokens - 1) // train.tokens_per_step))
-    if train.max_steps:
-        steps = min(steps, train.max_steps)
+    steps = run_steps(train, size["params"], plan_tokens)
     tokens = steps * train.tokens_per_step
     return {"params": size["params"], "matmul_params": size["matmul_params"],
             "flops_per_token": size["flops_per_token"], "flops_per_token_causal": size["flops_per_token_causal"],

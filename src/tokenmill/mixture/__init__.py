@@ -230,15 +230,12 @@ def tokens_per_step(train_cfg: Mapping) -> int:
 
 
 def token_budget(budget_cfg: Mapping, model_cfg: Mapping, vocab_size: int) -> int:
-    """train.token_budget when set; otherwise tokens_per_param x the model's parameters (Chinchilla: 20).
+    """The full run's token budget (tokenmill.train.config.token_budget), with the parameter count of the model
+    definition itself (model_size), not an estimate."""
+    from tokenmill.train import config
 
-    The parameter count is the model definition's own (tokenmill.train.config.model_size), not an estimate.
-    """
-    if budget_cfg.get("token_budget"):
-        return int(budget_cfg["token_budget"])
-    from tokenmill.train.config import model_size
-
-    return int(budget_cfg["tokens_per_param"] * model_size(model_cfg, vocab_size)["params"])
+    params = config.model_size(model_cfg, vocab_size)["params"] if not budget_cfg.get("token_budget") else 0
+    return config.token_budget(budget_cfg.get("token_budget"), budget_cfg["tokens_per_param"], params)
 
 
 def document_bucket_weights(weights: Mapping[str, float]) -> dict[str, float]:

@@ -353,6 +353,22 @@ def parse_run(run_cfg: Mapping) -> RunConfig:
         raise TrainConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
 
 
+def token_budget(budget: int | None, tokens_per_param: float, params: int) -> int:
+    """A run's token budget: train.token_budget when set, otherwise train.tokens_per_param x its parameters (the
+    Chinchilla rule; the ratio is the configuration's, conf/train). The one statement of the rule: the mixture
+    plans with it, the trainer and the forecast count steps with it (run_steps)."""
+    return int(budget) if budget else int(tokens_per_param * params)
+
+
+def run_steps(train: TrainConfig, params: int, plan_tokens: int) -> int:
+    """Steps a run takes: its token budget in steps (a scout's is smaller than the plan), no more than the plan
+    holds ((plan tokens - 1) // T: the last target needs one token past the step), capped by max_steps."""
+    per_step = train.tokens_per_step
+    steps = min(token_budget(train.token_budget, train.tokens_per_param, params) // per_step,
+                max(0, (plan_tokens - 1) // per_step))
+    return min(steps, train.max_steps) if train.max_steps else steps
+
+
 def model_size(model_cfg: Mapping | ModelConfig, vocab_size: int, seq_len: int | None = None) -> dict:
     """Parameter counts and training FLOPs per token of the model tokenmill.train.model builds.
 

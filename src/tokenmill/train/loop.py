@@ -46,7 +46,7 @@ from tokenmill import schema
 from tokenmill.canaries import EXPOSURE, CanaryRequests
 from tokenmill.evaluate.evalset import METRICS, EvalSet, benchmark_means
 from tokenmill.train.checkpoint import Checkpointer
-from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run
+from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run, run_steps
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
 from tokenmill.train.faults import Watchdog, attempt, fire_once, record_resume
 from tokenmill.train.health import (HEALTH, HEALTH_ALARMS, Health, collapse, corrupt, optimizer_params,
@@ -473,10 +473,7 @@ def _peak_memory(device: torch.device) -> int:
 def plan_steps(cfg: RunConfig, stream: PlanStream, params: int) -> int:
     """Steps this run takes: its token budget (a scout's is smaller than the plan's), the plan, max_steps."""
     t = cfg.train
-    budget = t.token_budget or int(t.tokens_per_param * params)
-    steps = min(budget // t.tokens_per_step, max(0, (stream.total_tokens - 1) // t.tokens_per_step))
-    if t.max_steps:
-        steps = min(steps, t.max_steps)
+    steps = run_steps(t, params, stream.total_tokens)
     if steps <= 0:
         raise TrainError(f"no full step fits: the plan holds {stream.total_tokens} tokens and the budget {budget}, "
                          f"a step takes {t.tokens_per_step} (seq_len x global_batch)")
