@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from tokenmill import lineage
+from tokenmill.lineage import audit as Q  # the audit's queries; this module parses and prints
 
 DEFAULT_DB = str(Path("lineage") / lineage.DB_NAME)
 
@@ -28,28 +29,17 @@ def _table(rows: list[tuple], header: list[str]) -> str:
 
 
 def audit_doc(con, key: str) -> int:
-    records = con.execute("""SELECT doc_id, source, bucket, file, locator, record_type, url, record_id, crawl_date,
-                                    content_type, payload_bytes
-                             FROM records WHERE doc_id = ? OR url = ?
-                             ORDER BY record_type NOT IN ('response', 'resource', 'conversion', 'jsonl', 'parquet', 'text'),
-                                      file, locator""", [key, key]).fetchall()
-    if not records:
+    stories = Q.document(con, key)
+    if not stories:
         print(f"no record with doc_id or url {key!r}", file=sys.stderr)
         return 1
-    names = ["doc_id", "source", "bucket", "file", "locator", "record_type", "url", "record_id", "crawl_date",
-             "content_type", "payload_bytes"]
-    for rec in records:
-        r = dict(zip(names, rec))
+    for r in stories:
         print(f"document {r['doc_id']}")
-        for k in names[1:]:
+        for k in Q.RECORD_FIELDS[1:]:
             print(f"  {k:<14}{r[k]}")
-        errors = con.execute("SELECT \"offset\", error FROM read_errors WHERE source = ? AND file = ? "
-                             "AND CAST(\"offset\" AS VARCHAR) = ?", [r["source"], r["file"], r["locator"]]).fetchall()
-        for offset, error in errors:
+        for offset, error in r["read_errors"]:
             print(f"  read error    file {r['file']} at byte {offset}: {error}")
-        decisions = con.execute("""SELECT stage, action, reason, scores, details FROM decisions
-                                   WHERE doc_id = ? ORDER BY stage_order""", [r["doc_id"]]).fetchall()
-        for stage, action, reason, scores, details in decisions:
+        for stage, action, reason, scores, details in r["decisions"]:
             print(f"  {stage:<14}{action} ({reason})")
             if scores:
                 items = [f"{k}={v:g}" for k, v in sorted(scores.items())]
@@ -58,29 +48,23 @@ def audit_doc(con, key: str) -> int:
             if details:
                 for k, v in sorted(json.loads(details).items()):
                     if k == "duplicate_of":  # name the kept document by its url too
-                        url = con.execute("SELECT url FROM records WHERE doc_id = ?", [v]).fetchone()
-                        v = f"{v} ({url[0]})" if url and url[0] else v
+                        url = Q.url_of(con, v)
+                        v = f"{v} ({url})" if url else v
                     print(f"                {k}: {v}")
-        tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
-        if "token_index" in tables:
-            for bucket, shard, offset, length in con.execute(
-                    "SELECT bucket, shard, \"offset\", length FROM token_index WHERE doc_id = ?", [r["doc_id"]]).fetchall():
-                print(f"  tokens        {length} tokens in {shard} from token {offset} (mixture bucket {bucket})")
-        if "plan_documents" in tables:
-            plan = con.execute("SELECT heldout, planned_repeats, phases FROM plan_documents WHERE doc_id = ?",
-                               [r["doc_id"]]).fetchone()
-            if plan is not None:
-                where = "held out for evaluation" if plan[0] else f"planned {plan[1]} time(s) ({plan[2] or 'no phase'})"
-                print(f"  mixture       {where}")
-        fate = con.execute("SELECT fate, dropped_at, drop_reason FROM documents WHERE doc_id = ?",
-                           [r["doc_id"]]).fetchone()
-        seen = lineage.steps_of_document(con, r["doc_id"])
+        for bucket, shard, offset, length in r["tokens"]:
+            print(f"  tokens        {length} tokens in {shard} from token {offset} (mixture bucket {bucket})")
+        if r["plan"] is not None:
+            heldout, repeats, phases = r["plan"]
+            where = "held out for evaluation" if heldout else f"planned {repeats} time(s) ({phases or 'no phase'})"
+            print(f"  mixture       {where}")
+        seen = r["steps"]
         for run in sorted({s[0] for s in seen}):
             steps = [s for s in seen if s[0] == run]
             skipped = sum(1 for s in steps if s[3])
             shown = ", ".join(str(s[1]) for s in steps[:12]) + (" ..." if len(steps) > 12 else "")
             print(f"  trained       {run}: {len(steps)} step(s) ({shown})"
                   + (f", {skipped} of them skipped" if skipped else ""))
+        fate = r["fate"]
         if fate[0] == "kept":
             print("  fate          kept by every stage")
         else:
@@ -90,32 +74,26 @@ def audit_doc(con, key: str) -> int:
 
 
 def audit_stage(con, stage: str) -> int:
-    counts = con.execute("SELECT documents_in, documents_out FROM stages WHERE stage = ?", [stage]).fetchone()
-    if counts is None:
-        known = [r[0] for r in con.execute("SELECT stage FROM stages ORDER BY stage_order NULLS LAST").fetchall()]
-        print(f"no stage {stage!r} in the lineage (stages: {', '.join(known)})", file=sys.stderr)
+    try:
+        s = Q.stage(con, stage)
+    except LookupError as exc:
+        print(exc, file=sys.stderr)
         return 1
-    tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
-    run = con.execute("SELECT run_id, seconds FROM stage_runs WHERE stage = ?", [stage]).fetchone() \
-        if "stage_runs" in tables else None
-    how = f"run {run[0]}, {run[1]:.1f} s" if run else "no run record here"
-    print(f"stage {stage}: {counts[0]} documents in, {counts[1]} out ({how})\n")
-    rows = con.execute("""SELECT action, reason, count(*) AS documents FROM decisions WHERE stage = ?
-                          GROUP BY action, reason ORDER BY action, documents DESC, reason""", [stage]).fetchall()
-    print(_table(rows, ["action", "reason", "documents"]))
+    how = f"run {s['run'][0]}, {s['run'][1]:.1f} s" if s["run"] else "no run record here"
+    print(f"stage {stage}: {s['documents_in']} documents in, {s['documents_out']} out ({how})\n")
+    print(_table(s["reasons"], ["action", "reason", "documents"]))
     return 0
 
 
 def audit_verify(con, data_root: Path) -> int:
     stale = lineage.stale_runs(data_root)
     problems = lineage.verify(con) + lineage.verify_training(con, data_root, stale=stale)
-    stages = [r[0] for r in con.execute("SELECT stage FROM stages ORDER BY stage_order NULLS LAST").fetchall()]
     if problems:
         for p in problems:
             print(p)
         print(f"conservation FAILED: {len(problems)} problem(s)", file=sys.stderr)
         return 1
-    print(f"conservation holds for every stage: {', '.join(stages)}")
+    print(f"conservation holds for every stage: {', '.join(Q.stage_names(con))}")
     runs = [r for r in lineage.training_runs(con) if r not in stale]
     if runs:
         print(f"training runs fed exactly the plan's tokens (steps checked by hash): {', '.join(runs)}")
@@ -127,90 +105,55 @@ def audit_verify(con, data_root: Path) -> int:
 def audit_step(con, step: int, run: str | None = None) -> int:
     """Runs read the plan's windows in their own order (train.data_seed), so a step is one run's: `run`, by
     default the full run once it has trained; before any run, window `step` of the plan's stream."""
-    tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
-    runs = lineage.training_runs(con) if "train_steps" in tables else []
-    if run is None and "pretrain" in runs:
-        run = "pretrain"
-    got, window = None, step
-    if run is not None:
-        got = con.execute("SELECT loss, grad_norm, lr, skipped, skip_reason, tokens_hash, stream_window FROM train_steps "
-                          "WHERE run = ? AND step = ?", [run, step]).fetchone() if runs else None
-        if got is None:
-            print(f"tokenmill: run {run!r} has no step {step} (runs: "
-                  f"{', '.join(runs) or 'none trained yet'})", file=sys.stderr)
-            return 1
-        window = got[-1]
     try:
-        per_step, rows = lineage.step_spans(con, window)
+        s = Q.step(con, step, run)
     except LookupError as exc:
         print(f"tokenmill: {exc}", file=sys.stderr)
         return 1
+    run, window, per_step = s["run"], s["window"], s["per_step"]
     whose = f"run {run}'s step {step}" if run else f"step {step} (no training run yet: the plan's order)"
     print(f"{whose}: window {window}, tokens {window * per_step} to {(window + 1) * per_step} of the training "
-          f"stream, {len(rows)} document span(s)")
-    if got is not None:
-        loss, norm, lr, skipped, reason, digest, _ = got
-        fate = f"update skipped ({reason})" if skipped else "update applied"
-        print(f"run {run}: loss {loss:.4f}, gradient norm {norm:.4f}, learning rate {lr:.3g}, {fate}; "
-              f"fed tokens hash {digest}")
+          f"stream, {len(s['spans'])} document span(s)")
+    if s["trained"] is not None:
+        t = s["trained"]
+        fate = f"update skipped ({t['skip_reason']})" if t["skipped"] else "update applied"
+        print(f"run {run}: loss {t['loss']:.4f}, gradient norm {t['grad_norm']:.4f}, learning rate {t['lr']:.3g}, "
+              f"{fate}; fed tokens hash {t['tokens_hash']}")
     print()
-    print(_table(rows, ["position", "phase", "bucket", "doc_id", "epoch", "shard", "offset", "first_token",
-                        "end_token"]))
+    print(_table(s["spans"], ["position", "phase", "bucket", "doc_id", "epoch", "shard", "offset", "first_token",
+                              "end_token"]))
     return 0
 
 
 def audit_item(con, benchmark: str, item_id: str) -> int:
     """One benchmark item's story: the documents that overlapped it and their fates, the planned and trained
     steps that carried them, and the item's scores in the evaluation with its benchmark's all vs clean."""
-    tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
-    known = sorted(r[0] for r in con.execute("SELECT benchmark FROM benchmarks UNION SELECT benchmark "
-                                             "FROM contamination").fetchall())
-    if benchmark not in known:
-        print(f"tokenmill: no benchmark {benchmark!r} in the lineage (benchmarks: {', '.join(known)})",
-              file=sys.stderr)
+    try:
+        s = Q.item(con, benchmark, item_id)
+    except LookupError as exc:
+        print(f"tokenmill: {exc}", file=sys.stderr)
         return 1
-    scored = None
-    if "eval_items" in tables:
-        rel = con.execute("SELECT * FROM eval_items WHERE benchmark = ? AND item_id = ?", [benchmark, item_id])
-        got = rel.fetchone()
-        scored = None if got is None else dict(zip([c[0] for c in rel.description], got))
-    overlaps = con.execute("""
-        SELECT c.doc_id, any_value(r.url), c.overlap_fraction, c.matched_ngrams, c.item_ngrams, c.contaminated,
-               c.action, any_value(d.fate), any_value(d.dropped_at), any_value(d.drop_reason)
-        FROM contamination c LEFT JOIN documents d USING (doc_id) LEFT JOIN records r USING (doc_id)
-        WHERE c.benchmark = ? AND c.item_id = ?
-        GROUP BY ALL ORDER BY c.overlap_fraction DESC, c.doc_id""", [benchmark, item_id]).fetchall()
-    if scored is None and not overlaps:
-        print(f"tokenmill: benchmark {benchmark!r} has no item {item_id!r} in the lineage or the evaluation "
-              f"(`tokenmill audit sql \"SELECT item_id FROM eval_items WHERE benchmark = '{benchmark}'\"`)",
-              file=sys.stderr)
-        return 1
-    dirty = any(o[5] for o in overlaps)
-    print(f"item {item_id} of {benchmark}: {len(overlaps)} overlapping document(s), "
-          + ("dirty (an overlap reached decontaminate's limits)" if dirty else "clean"))
-    for doc_id, url, fraction, matched, ngrams, contaminated, action, fate, at, reason in overlaps:
+    print(f"item {item_id} of {benchmark}: {len(s['documents'])} overlapping document(s), "
+          + ("dirty (an overlap reached decontaminate's limits)" if s["dirty"] else "clean"))
+    for d in s["documents"]:
+        doc_id, url, fraction, matched, ngrams, contaminated, action, fate, at, reason = d["overlap"]
         kind = f"contaminated, {action}" if contaminated else "near miss, kept"
         print(f"  document {doc_id}  {url or ''}")
         print(f"    overlap       {matched} of the item's {ngrams} n-grams ({fraction:.2f}): {kind}")
         print("    fate          " + ("kept by every stage" if fate == "kept" else f"dropped at {at} ({reason})"))
-        visits = con.execute("SELECT count(*) FROM plan WHERE doc_id = ?", [doc_id]).fetchone()[0] \
-            if "plan" in tables else 0
-        print(f"    planned       {visits} visit(s) in the training stream")
-        seen = lineage.steps_of_document(con, doc_id)
-        for run in sorted({s[0] for s in seen}):
-            steps = [s[1] for s in seen if s[0] == run]
+        print(f"    planned       {d['visits']} visit(s) in the training stream")
+        for run in sorted({x[0] for x in d["steps"]}):
+            steps = [x[1] for x in d["steps"] if x[0] == run]
             shown = ", ".join(map(str, steps[:12])) + (" ..." if len(steps) > 12 else "")
             print(f"    trained       {run}: {len(steps)} step(s) ({shown})")
-    if scored is None:
+    row = s["scored"]
+    if row is None:
         print("evaluation    not scored (not evaluated yet, or beyond evaluate.limit)")
         return 0
-    row = scored
     got = ", ".join(f"{m} {row[m]:.4g}" for m in lineage.ITEM_METRICS if row[m] is not None)
     side = "left out of the clean score (dirty)" if row["dirty"] else "in the clean score"
     print(f"evaluation    {got}; {side}")
-    for metric, n, n_dirty, everything, clean, diff, stderr in con.execute(
-            """SELECT metric, items, dirty_items, "all", clean, difference, difference_stderr FROM eval_scores
-               WHERE benchmark = ? ORDER BY metric""", [benchmark]).fetchall():
+    for metric, n, n_dirty, everything, clean, diff, stderr in s["scores"]:
         diff_text = "n/a" if diff is None else f"{diff:+.4f} ± {stderr:.4f}"
         clean_text = "n/a" if clean is None else f"{clean:.4f}"
         print(f"  {benchmark} {metric}: all {everything:.4f} over {n} items, clean {clean_text} without "
@@ -221,24 +164,17 @@ def audit_item(con, benchmark: str, item_id: str) -> int:
 def audit_canary(con, name: str) -> int:
     """One planted canary's story: its document and secret's format, the visits planned and the steps of each
     run that trained it, and the exposure that left in each run's final model (tokenmill.canaries)."""
-    tables = {t[0] for t in con.execute("SHOW TABLES").fetchall()}
-    known = [r[0] for r in con.execute("SELECT canary FROM canaries ORDER BY planned_visits, canary").fetchall()] \
-        if "canaries" in tables else []
-    if name not in known:
-        print(f"tokenmill: no canary {name!r} in the lineage (canaries: {', '.join(known) or 'none planted'})",
-              file=sys.stderr)
+    try:
+        s = Q.canary(con, name)
+    except LookupError as exc:
+        print(f"tokenmill: {exc}", file=sys.stderr)
         return 1
-    doc_id, visits, prefix, secret = con.execute("SELECT doc_id, planned_visits, prefix, secret FROM canaries "
-                                                 "WHERE canary = ?", [name]).fetchone()
-    print(f"canary {name}: document {doc_id}, {visits} planned visit(s)")
-    print(f"  text          {prefix}{secret}")
-    positions = [r[0] for r in con.execute("SELECT position FROM plan WHERE doc_id = ? ORDER BY position",
-                                           [doc_id]).fetchall()]
-    print(f"  planned       at stream positions {', '.join(map(str, positions)) or 'none'}")
-    rows = lineage.canary_exposure(con, name)
-    if not rows:
+    print(f"canary {name}: document {s['doc_id']}, {s['planned_visits']} planned visit(s)")
+    print(f"  text          {s['text']}")
+    print(f"  planned       at stream positions {', '.join(map(str, s['positions'])) or 'none'}")
+    if not s["runs"]:
         print("  trained       no training run has finished yet")
-    for r in rows:
+    for r in s["runs"]:
         steps = ", ".join(map(str, r["steps"][:12])) + (" ..." if len(r["steps"]) > 12 else "")
         print(f"  {r['run']:<15} {r['trained_visits']} visit(s) trained (steps {steps or 'none'}); exposure "
               f"{r['exposure']:.2f} bits (rank {r['rank']} of {r['candidates'] + 1}), {r['exposure_fit']:.2f} "

@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.lineage.connect import DB_NAME, connect as connect  # re-exported: the read-only, sealed connection
+from tokenmill.lineage.tables import (ITEM_METRICS, RUN_TABLES, audit_tables, evaluation_tables,  # noqa: F401
+                                     run_records, training_tables)  # re-exported: the tables beside the database
 from tokenmill.lineage.planted import build_planted
 from tokenmill.runtime import StageResult, input_id, read_manifest, write_plot_rows
 from tokenmill.params import defaults, resolve
@@ -309,93 +311,6 @@ def step_spans(con: duckdb.DuckDBPyConnection, window: int) -> tuple[int, list[t
                           FROM plan WHERE stream_start < ? AND stream_start + length + 1 > ?
                           ORDER BY position""", [lo, hi, hi, lo]).fetchall()
     return per_step, rows
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Tables the audit connection adds to the database: they live outside it, so the document tables are never
-# rebuilt for them. Run records (runs/<stage>.json) carry timings, which must stay out of every DVC output;
-# training runs (data/train/<run>/) write their step tables after the lineage stage has run.
-
-RUN_TABLES = {"train_steps": "steps.parquet", "train_spikes": "spikes.parquet", "train_heldout": "heldout.parquet",
-              "train_health": "health.parquet", "train_health_alarms": "health_alarms.parquet",
-              "train_rollbacks": "rollbacks.parquet", "train_canaries": "canaries.parquet"}
-
-
-def run_records(runs_dir: str | Path) -> pa.Table:
-    """`stage_runs`: one row per runs/<stage>.json, the newest run of each stage in this workspace."""
-    rows = []
-    for path in sorted(Path(runs_dir).glob("*.json")):
-        r = json.loads(path.read_text())
-        rows.append({"stage": r.get("stage"), "run_id": r.get("run_id"), "input_stage": r.get("input_stage"),
-                     "code_version": r.get("code_version"), "seconds": r.get("seconds"),
-                     "finished_at": r.get("finished_at"), "host": r.get("host"),
-                     **{k: json.dumps(r.get(k)) for k in ("params", "inputs", "versions", "code_files", "timing",
-                                                           "counts")},
-                     # a training stage's torchrun restarts: [{restart, cause, resumed_from_step}], else null
-                     "restarts": json.dumps(r["restarts"]) if "restarts" in r else None})
-    schema = pa.schema([("stage", pa.string()), ("run_id", pa.string()), ("input_stage", pa.string()),
-                        ("code_version", pa.string()), ("seconds", pa.float64()), ("finished_at", pa.string()),
-                        ("host", pa.string()), ("params", pa.string()), ("inputs", pa.string()),
-                        ("versions", pa.string()), ("code_files", pa.string()), ("timing", pa.string()),
-                        ("counts", pa.string()), ("restarts", pa.string())])
-    return pa.Table.from_pylist(rows, schema=schema)
-
-
-def training_tables(train_root: str | Path) -> dict[str, pa.Table]:
-    """train_steps, train_spikes, train_heldout, train_health, train_health_alarms and train_rollbacks over every
-    finished run under train_root (data/train), with a `run` column naming the stage (pretrain, scout@s1, ...)."""
-    out: dict[str, list[pa.Table]] = {name: [] for name in RUN_TABLES}
-    for manifest in sorted(Path(train_root).rglob("manifest.json")):
-        run = json.loads(manifest.read_text())["stage"]
-        for name, file in RUN_TABLES.items():
-            if (manifest.parent / file).exists():
-                t = pq.read_table(manifest.parent / file)
-                out[name].append(t.add_column(0, "run", pa.array([run] * t.num_rows, pa.string())))
-    return {name: pa.concat_tables(parts, promote_options="default") for name, parts in out.items() if parts}
-
-
-# Per-item scores the evaluate stage writes (samples/<task>.jsonl); the held-out bits-per-byte is per document.
-ITEM_METRICS = ("acc", "acc_norm", "prob_norm", "bpb")
-_SPLIT = ("all", "all_stderr", "clean", "clean_stderr", "dirty", "difference", "difference_stderr")
-
-
-def evaluation_tables(evaluate_root: str | Path) -> dict[str, pa.Table]:
-    """eval_items (one row per benchmark item the evaluate stage scored: benchmark, item_id, dirty and its
-    ITEM_METRICS) and eval_scores (per benchmark and metric: the score on all, clean and dirty items and the
-    difference), from data/evaluate; none before the evaluate stage has run."""
-    results_file = Path(evaluate_root) / "results.json"
-    if not results_file.is_file():
-        return {}
-    try:
-        results = json.loads(results_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{results_file} is not valid JSON ({exc}): rerun `dvc repro evaluate`") from None
-    items, scores = [], []
-    for name, bench in sorted(results["benchmarks"].items()):
-        if "samples" not in bench:  # skipped: missing optional file, or a format it cannot score
-            continue
-        with open(Path(evaluate_root) / bench["samples"], encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                items.append({"benchmark": name, "item_id": row["item_id"], "dirty": row["dirty"],
-                              **{m: row.get(m) for m in ITEM_METRICS}})
-        for metric, split in sorted(bench["metrics"].items()):
-            scores.append({"benchmark": name, "metric": metric, "items": bench["items"],
-                           "dirty_items": bench["dirty_items"], **{k: split.get(k) for k in _SPLIT}})
-    item_schema = pa.schema([("benchmark", pa.string()), ("item_id", pa.string()), ("dirty", pa.bool_())]
-                            + [(m, pa.float64()) for m in ITEM_METRICS])
-    score_schema = pa.schema([("benchmark", pa.string()), ("metric", pa.string()), ("items", pa.int64()),
-                              ("dirty_items", pa.int64())] + [(k, pa.float64()) for k in _SPLIT])
-    return {"eval_items": pa.Table.from_pylist(items, item_schema),
-            "eval_scores": pa.Table.from_pylist(scores, score_schema)}
-
-
-def audit_tables(project: str | Path = ".") -> dict[str, pa.Table]:
-    """What the audit connection registers beside the database: stage_runs, the training tables and the
-    evaluation's per-item scores."""
-    project = Path(project)
-    return {"stage_runs": run_records(project / "runs"), **training_tables(project / "data" / "train"),
-            **evaluation_tables(project / "data" / "evaluate")}
 
 
 def training_runs(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -15,6 +15,8 @@ from typing import Mapping
 import duckdb
 import pyarrow as pa
 
+from tokenmill.lineage.tables import audit_tables
+
 DB_NAME = "lineage.duckdb"  # under the lineage stage's output folder
 
 # Set when the connection opens: no extension is installed or loaded behind a query's back.
@@ -38,8 +40,6 @@ def connect(db: str | Path = Path("lineage") / DB_NAME,
     if not Path(db).is_file():
         raise FileNotFoundError(f"no lineage database at {db}: run `dvc repro lineage` first")
     if extra is None:  # the project's run records and training tables (lineage/<db> -> the project root)
-        from tokenmill.lineage import audit_tables
-
         extra = audit_tables(Path(db).resolve().parent.parent)
     # A fresh in-memory instance with the file attached read-only, rather than duckdb.connect(db): DuckDB
     # shares one instance per file within a process, so a second connect() would find the first one's
