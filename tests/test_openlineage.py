@@ -101,7 +101,7 @@ def test_every_stage_run_becomes_deterministic_events_with_its_datasets_and_coun
     (filtered,) = [o for o in by_stage["filter"][1]["outputs"] if o["name"] == "data/filter"]
     facets = filtered["outputFacets"]
     files = sorted((tiny / "data" / "filter" / "documents").glob("*.parquet"))
-    assert [f["name"] for f in facets["schema"]["fields"]] == pq.read_schema(files[0]).names
+    assert [f["name"] for f in filtered["facets"]["schema"]["fields"]] == pq.read_schema(files[0]).names
     assert facets["outputStatistics"]["rowCount"] == sum(pq.read_metadata(f).num_rows for f in files)
     con = duckdb.connect(str(tiny / "lineage" / "lineage.duckdb"), read_only=True)
     reasons = dict(con.execute("SELECT action || ':' || reason, count(*) FROM decisions WHERE stage = 'filter' "
