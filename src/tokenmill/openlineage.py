@@ -4,17 +4,19 @@ DataHub, OpenMetadata, Dataplex).
 Derived, deterministically, from what a build leaves: dvc.lock (each stage's command, parameters, and its
 deps and outs with DVC's hashes), the run records runs/<stage>.json (run id, start and end, host, versions)
 and the stages' manifests (counts per decision). The same build gives the same events, byte for byte.
-Built with the maintained client's classes (openlineage-python: event_v2, facet_v2); per stage run a START
-and a COMPLETE event:
+Built with the maintained client's classes (openlineage-python: event_v2, facet_v2), they follow the
+OpenLineage specification 2-0-2 (RunEvent) and each standard facet's own schema (tests/test_openlineage.py
+validates them); per stage run a START and a COMPLETE event:
 
   job       namespace `tokenmill`, name the stage; facets: jobType (BATCH, DVC, STAGE), documentation (cmd)
   run       runId: a UUID derived from the run record's run id (parameters, inputs, code, library versions);
             facets: parent (the pipeline run at this git revision, or the DVC experiment), processing_engine
             (tokenmill and its version), tokenmill_run (the stage's parameters and its run id, seconds, host)
   inputs    the stage's deps; outputs its outs: namespace file://<project>, name the path, version DVC's md5;
-            outputs also carry their Parquet schema, rows and files (of the documents table where there is
-            one) and bytes (the whole output: outputStatistics), and for document stages the decisions per action and reason (tokenmill_decisions)
-            and where their rows are in the lineage database (tokenmill_lineage)
+            outputs also carry their Parquet schema (a dataset facet: schema), rows and files (of the
+            documents table where there is one) and bytes (the whole output) in the output facet
+            outputStatistics, and for document stages the decisions per action and reason (tokenmill_decisions)
+            and where their rows are in the lineage database (tokenmill_lineage), both output facets
 
 `tokenmill openlineage` writes them to lineage/openlineage.ndjson and, where OPENLINEAGE_URL is set (its key in
 OPENLINEAGE_API_KEY; never in params), sends them with the client's HTTP transport. The client retries a
@@ -104,9 +106,12 @@ def _parquet_files(path: Path) -> list[Path]:
     return sorted(path.rglob("*.parquet")) if path.is_dir() else []
 
 
-def _output_facets(project: Path, out: dict) -> dict[str, Any]:
-    """Schema, statistics and (document stages) decision counts of one out of dvc.lock."""
+def _output_facets(project: Path, out: dict) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One out of dvc.lock: its dataset facets (schema) and its output facets (statistics and, for document
+    stages, decision counts). The specification keeps them apart: `schema` is a DatasetFacet and belongs in the
+    dataset's `facets`, only OutputDatasetFacets go in `outputFacets`."""
     path = project / out["path"]
+    dataset: dict[str, Any] = {}
     facets: dict[str, Any] = {}
     files = _parquet_files(path)
     if files:
@@ -115,7 +120,7 @@ def _output_facets(project: Path, out: dict) -> dict[str, Any]:
         tables = sorted({f.parent for f in files}, key=lambda t: (t.name != "documents", str(t)))
         same = [f for f in files if f.parent == tables[0]]
         schema = pq.read_schema(same[0])
-        facets["schema"] = schema_dataset.SchemaDatasetFacet(fields=[
+        dataset["schema"] = schema_dataset.SchemaDatasetFacet(fields=[
             schema_dataset.SchemaDatasetFacetFields(name=f.name, type=str(f.type)) for f in schema])
         facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
             rowCount=sum(pq.read_metadata(f).num_rows for f in same), size=int(out.get("size") or 0),
@@ -129,14 +134,16 @@ def _output_facets(project: Path, out: dict) -> dict[str, Any]:
                 counts={k: v for k, v in sorted(counts.items()) if k not in ("in", "out")})
             facets["tokenmill_lineage"] = TokenmillLineageFacet(
                 query=f"SELECT * FROM decisions WHERE stage = '{m.get('stage')}'")
-    return facets
+    return dataset, facets
 
 
-def _dataset(project: Path, entry: dict, cls, facets: dict | None = None):
+def _dataset(project: Path, entry: dict, cls, facets: tuple[dict, dict] | None = None):
     version = entry.get("md5", "")  # dvc.lock's `hash` key names the algorithm (md5), not a hash
+    dataset, output = facets or ({}, {})
     return cls(namespace=f"file://{project}", name=entry["path"],
-               facets={"version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=version)},
-               **({"outputFacets": facets} if facets else {}))
+               facets={"version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=version),
+                       **dataset},
+               **({"outputFacets": output} if output else {}))
 
 
 def _time(finished: str, seconds: float) -> tuple[str, str]:
