@@ -385,3 +385,195 @@ def test_difference_stderr_by_hand_and_by_simulation():
     spread = float(np.std([sc["difference"] for sc in scores], ddof=1))
     assert spread == pytest.approx(math.sqrt(0.3 * 0.7 * 6 / (40 * 34)), rel=0.03)
     assert float(np.mean([sc["difference_stderr"] for sc in scores])) == pytest.approx(spread, rel=0.03)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Standard errors on numbers worked out by hand (issue 40): every stderr evaluate reports, each against a
+# value derived here by another route than the code's (a binomial proportion's closed form, the delta method
+# by hand, the spread over simulated evaluations), so a wrong convention (n for n - 1), a missing square root,
+# a variance for a standard error or all items for the clean ones fails.
+
+
+def test_mean_stderr_on_all_and_clean_items_by_hand():
+    from tokenmill.evaluate.scores import split_score
+
+    # Accuracy 1, 0, 1, 0, 1 with item a dirty. A 0/1 score's sample variance (n - 1) is n p (1 - p) / (n - 1),
+    # so the documented stderr s / sqrt(n) is sqrt(p (1 - p) / (n - 1)):
+    #   all   p = 3/5 over 5 items: sqrt(0.24 / 4) = sqrt(0.06)   = 0.244949
+    #   clean p = 1/2 over 4 items: sqrt(0.25 / 3) = sqrt(1/12)   = 0.288675
+    # (with n for n - 1 they would be 0.219089 and 0.25; all items for clean would repeat 0.244949.)
+    score = split_score({"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.0, "e": 1.0}, {"a"})
+    assert score["all"] == pytest.approx(0.6) and score["clean"] == pytest.approx(0.5)
+    assert score["all_stderr"] == pytest.approx(math.sqrt(0.06), abs=1e-6)
+    assert score["clean_stderr"] == pytest.approx(math.sqrt(1 / 12), abs=1e-6)
+    # A continuous score: 0.2, 0.4, 0.9 (mean 0.5, squared deviations 0.09 + 0.01 + 0.16 = 0.26, sample
+    # variance 0.13): stderr sqrt(0.13 / 3) = 0.208167. Dirty 0.9 leaves 0.2, 0.4: sd 0.141421, se 0.1.
+    score = split_score({"x": 0.2, "y": 0.4, "z": 0.9}, {"z"})
+    assert score["all_stderr"] == pytest.approx(0.208167, abs=1e-6)
+    assert score["clean_stderr"] == pytest.approx(0.1, abs=1e-6)
+    # One item has no spread: no stderr rather than 0 (and no clean items at all: none either).
+    single = split_score({"x": 0.7, "y": 0.1}, {"x"})
+    assert single["clean_stderr"] is None and single["all_stderr"] == pytest.approx(0.3, abs=1e-6)
+    assert split_score({"x": 0.7}, {"x"})["clean_stderr"] is None
+
+
+def test_mean_stderr_matches_the_spread_over_simulated_benchmarks():
+    """The reported all_stderr of a 30-item accuracy averages (as its square) the true variance of the mean
+    over 4000 simulated benchmarks: p (1 - p) / n = 0.007 (se 0.0837). With n for n - 1 it would be 3.4% low."""
+    import numpy as np
+
+    from tokenmill.evaluate.scores import split_score
+
+    rng = np.random.default_rng(5)
+    draws = (rng.random((4000, 30)) < 0.3).astype(float)
+    ids = [f"i{k}" for k in range(30)]
+    scores = [split_score(dict(zip(ids, row)), set(ids[:5])) for row in draws]
+    # s^2 / n is unbiased for the variance of the mean: its average over the draws is p (1 - p) / n.
+    assert float(np.mean([s["all_stderr"] ** 2 for s in scores])) == pytest.approx(0.3 * 0.7 / 30, rel=0.015)
+    # Clean items: 25 of them, variance of their mean p (1 - p) / 25.
+    assert float(np.mean([s["clean_stderr"] ** 2 for s in scores])) == pytest.approx(0.3 * 0.7 / 25, rel=0.015)
+
+
+def _write_requests(path: Path, items: list[dict]) -> list[float]:
+    """An in-loop evaluation set (evalset.REQUESTS) of hand-made items; returns their log-likelihoods in
+    request order. Each item: benchmark, item_id, dirty, gold, probabilities of its choices, chars, bytes."""
+    from tokenmill.evaluate.evalset import REQUESTS
+
+    rows, lls = [], []
+    for it in items:
+        for i, p in enumerate(it["p"]):
+            rows.append({"benchmark": it["bench"], "item_id": it["id"], "dirty": it["dirty"], "gold": it["gold"],
+                         "choice": i, "choices": len(it["p"]), "answer_chars": it["chars"][i],
+                         "answer_bytes": it["bytes"][i], "context": [1, 2], "continuation": [3]})
+            lls.append(math.log(p))
+    schema.write_parquet(rows, REQUESTS, path)
+    return lls
+
+
+def test_inloop_scores_stderr_of_every_metric_by_hand(tmp_path):
+    """EvalSet.scores on four items whose acc, acc_norm, prob_norm and bpb are worked out by hand below, item
+    i1 dirty: each metric's stderr on all and on clean items against the sample sd / sqrt(n) of those values."""
+    from tokenmill.evaluate.evalset import EvalSet
+
+    items = [
+        # gold choice 0, p 0.5 vs 0.25: acc 1; per char ln .5 / 1 < ln .25 / 8: acc_norm 0;
+        # prob_norm 0.5 / 0.75 = 2/3; bpb 1 bit / 2 bytes = 0.5
+        {"bench": "arc", "id": "i1", "dirty": True, "gold": 0, "p": [0.5, 0.25], "chars": [1, 8], "bytes": [2, 9]},
+        # gold 1 (p 0.25 < 0.5): acc 0, acc_norm 0; prob_norm 1/3; bpb 2 bits / 2 bytes = 1.0
+        {"bench": "arc", "id": "i2", "dirty": False, "gold": 1, "p": [0.5, 0.25], "chars": [4, 4], "bytes": [5, 2]},
+        # gold 1 (0.5 > 0.125): acc 1, acc_norm 1; prob_norm 0.5 / 0.625 = 0.8; bpb 1 bit / 4 bytes = 0.25
+        {"bench": "arc", "id": "i3", "dirty": False, "gold": 1, "p": [0.125, 0.5], "chars": [2, 2], "bytes": [3, 4]},
+        # gold 0 (0.25 < 0.5): acc 0; per char ln .25 / 16 > ln .5 / 1: acc_norm 1; prob_norm 1/3; bpb 2 / 1 = 2.0
+        {"bench": "arc", "id": "i4", "dirty": False, "gold": 0, "p": [0.25, 0.5], "chars": [16, 1], "bytes": [1, 7]},
+    ]
+    lls = _write_requests(tmp_path / "requests.parquet", items)
+    scores = EvalSet(tmp_path / "requests.parquet", seq_len=8).scores(lls)["arc"]
+    by_hand = {"acc": [1, 0, 1, 0], "acc_norm": [0, 0, 1, 1], "prob_norm": [2 / 3, 1 / 3, 0.8, 1 / 3],
+               "bpb": [0.5, 1.0, 0.25, 2.0]}
+    for metric, values in by_hand.items():
+        clean = values[1:]
+        s = scores[metric]
+        assert s["all"] == pytest.approx(statistics.mean(values), abs=1e-6), metric
+        assert s["all_stderr"] == pytest.approx(statistics.stdev(values) / 2, abs=1e-6), metric
+        assert s["clean"] == pytest.approx(statistics.mean(clean), abs=1e-6), metric
+        assert s["clean_stderr"] == pytest.approx(statistics.stdev(clean) / math.sqrt(3), abs=1e-6), metric
+    # acc by the binomial closed form: all p = 1/2 of 4: sqrt(0.25 / 3); clean p = 1/3 of 3: sqrt((2/9) / 2) = 1/3.
+    assert scores["acc"]["all_stderr"] == pytest.approx(math.sqrt(1 / 12), abs=1e-6)
+    assert scores["acc"]["clean_stderr"] == pytest.approx(1 / 3, abs=1e-6)
+
+
+def test_macro_average_stderr_over_benchmarks_by_hand():
+    """The mean over k independent benchmarks has variance sum(se^2) / k^2: se 0.3 and 0.4 give 0.25 (not
+    their mean 0.35, nor 0.5 / sqrt 2); the clean column uses the clean stderrs (0.06, 0.08: 0.05)."""
+    from tokenmill.evaluate.evalset import benchmark_means, macro_average
+
+    scores = {"arc": {"acc": {"all": 0.2, "all_stderr": 0.3, "clean": 0.1, "clean_stderr": 0.06}},
+              "copa": {"acc": {"all": 0.6, "all_stderr": 0.4, "clean": 0.5, "clean_stderr": 0.08}}}
+    assert macro_average(scores, "acc") == pytest.approx((0.4, 0.25))
+    assert macro_average(scores, "acc", "clean") == pytest.approx((0.3, 0.05))
+    means = benchmark_means(scores)
+    assert means["acc_stderr"] == pytest.approx(0.25) and means["acc_clean_stderr"] == pytest.approx(0.05)
+
+
+def test_heldout_bits_per_byte_stderr_by_the_delta_method_by_hand():
+    """Bits per byte of a held-out set is sum(bits) / sum(bytes), a ratio estimator. By hand for documents of
+    (bits, bytes) (10, 10), (30, 20), (20, 10): r = 60 / 40 = 1.5; residuals bits - r bytes: -5, 0, 5; their
+    sample variance 50 / 2 = 25; Var(r) ~ 25 / (n mean_bytes^2) = 25 / (3 x (40/3)^2): se = sqrt(3) / 8."""
+    from tokenmill.evaluate.run import _heldout_result
+    from tokenmill.evaluate.scores import ratio_stderr
+
+    assert ratio_stderr([10, 30, 20], [10, 20, 10]) == pytest.approx(math.sqrt(3) / 8)
+    # Through the held-out result, from the logged natural-log likelihoods (bits = -ll / ln 2).
+    rows = [{"loglikelihood": -bits * math.log(2), "words": 1, "bytes": nbytes} for bits, nbytes in
+            ((10, 10), (30, 20), (20, 10))]
+    aggregated = {"word_perplexity,none": 1.0, "byte_perplexity,none": 1.0, "bits_per_byte,none": 1.5}
+    assert _heldout_result(rows, aggregated)["bits_per_byte_stderr"] == pytest.approx(math.sqrt(3) / 8, abs=1e-6)
+    assert ratio_stderr([10], [10]) is None
+
+
+def test_heldout_bits_per_byte_stderr_matches_the_spread_over_simulated_sets():
+    """Over 3000 simulated held-out sets of 60 documents of uneven length, the spread of sum(bits) / sum(bytes)
+    is its true standard error; the reported one must average to it (within 4%: the spread of 3000 draws is
+    known to about 1.3%). A per-document mean of ratios, or bytes summed instead of averaged, would be far off."""
+    import numpy as np
+
+    from tokenmill.evaluate.scores import ratio_stderr
+
+    rng = np.random.default_rng(11)
+    nbytes = rng.integers(200, 5000, size=(3000, 60)).astype(float)
+    bits = nbytes * rng.normal(1.2, 0.3, size=(3000, 60))  # a per-document bits per byte around 1.2
+    ratios = bits.sum(1) / nbytes.sum(1)
+    spread = float(np.std(ratios, ddof=1))
+    reported = [ratio_stderr(list(b), list(n)) for b, n in zip(bits, nbytes)]
+    assert float(np.mean(reported)) == pytest.approx(spread, rel=0.04)
+
+
+def test_benchmark_result_stderr_on_all_and_clean_items_by_hand():
+    """run.py's per-benchmark metrics from lm-eval's samples: acc as lm-eval scored it, prob_norm and bpb from
+    the logged log-likelihoods, each with its stderr on all and on clean items (item q1 dirty)."""
+    from tokenmill.evaluate.run import _benchmark_result, _benchmark_rows
+    from tokenmill.evaluate.tasks import Benchmark
+
+    bench = Benchmark(name="arc", format="tokenmill", kind="multiple_choice")
+    # Choices "a" and "bb": scored " a" (2 bytes) and " bb" (3 bytes).
+    samples = [{"doc_id": k, "doc": {"item_id": iid, "gold": gold, "choices": ["a", "bb"]},
+                "filtered_resps": [(math.log(p0), False), (math.log(p1), False)], "acc": acc, "acc_norm": acc}
+               for k, (iid, gold, p0, p1, acc) in enumerate([("q1", 0, 0.75, 0.25, 1.0), ("q2", 1, 0.75, 0.25, 0.0),
+                                                             ("q3", 0, 0.5, 0.5, 1.0), ("q4", 1, 0.125, 0.875, 1.0),
+                                                             ("q5", 0, 0.25, 0.75, 0.0)])]
+    rows = _benchmark_rows(bench, samples, {"q1"})
+    m = _benchmark_result(bench, rows, {}, {"q1"})["metrics"]
+    # acc 1, 0, 1, 1, 0: all p = 3/5 of 5: sqrt(0.24 / 4); clean 0, 1, 1, 0: p = 1/2 of 4: sqrt(0.25 / 3).
+    assert m["acc"]["all_stderr"] == pytest.approx(math.sqrt(0.06), abs=1e-6)
+    assert m["acc"]["clean_stderr"] == pytest.approx(math.sqrt(1 / 12), abs=1e-6)
+    # prob_norm 0.75, 0.25, 0.5, 0.875, 0.25: mean 0.525; squared deviations 0.050625, 0.075625, 0.000625,
+    # 0.1225, 0.075625 sum to 0.325: sample variance 0.08125, se sqrt(0.08125 / 5) = 0.127475.
+    assert m["prob_norm"]["all_stderr"] == pytest.approx(math.sqrt(0.08125 / 5), abs=1e-6)
+    # clean 0.25, 0.5, 0.875, 0.25: mean 0.46875; squared deviations 0.0478515625 (twice), 0.0009765625 and
+    # 0.1650390625 sum to 0.26171875: se sqrt(0.26171875 / 3 / 4) = 0.147682.
+    assert m["prob_norm"]["clean_stderr"] == pytest.approx(math.sqrt(0.26171875 / 12), abs=1e-6)
+    # bpb: q2 gold "bb" at p 1/4 is 2 bits over 3 bytes; q5 gold "a" at 1/4, 2 bits over 2 bytes.
+    bpb = [-math.log2(0.75) / 2, 2 / 3, 1 / 2, -math.log2(0.875) / 3, 1.0]
+    assert m["bpb"]["all_stderr"] == pytest.approx(statistics.stdev(bpb) / math.sqrt(5), abs=1e-6)
+    assert m["bpb"]["clean_stderr"] == pytest.approx(statistics.stdev(bpb[1:]) / 2, abs=1e-6)
+
+
+def test_stage_metrics_carry_each_stderr_beside_its_own_figure():
+    """stages/evaluate.py's metrics (what `dvc exp show` compares): each figure beside its own stderr, the clean
+    one beside the clean stderr, the held-out bits per byte beside theirs, the mean over benchmarks by hand."""
+    from stages.evaluate import summary_metrics
+
+    def split(all_, se, clean, clean_se):
+        return {"all": all_, "all_stderr": se, "clean": clean, "clean_stderr": clean_se}
+
+    results = {"heldout": {"buckets": {"code": {"bits_per_byte": 1.5, "bits_per_byte_stderr": 0.216506}}},
+               "benchmarks": {"arc": {"items": 5, "dirty_items": 1, "metrics": {"acc": split(0.6, 0.244949, 0.5, 0.288675)}},
+                              "copa": {"items": 4, "dirty_items": 0, "metrics": {"acc": split(0.5, 0.288675, 0.5, 0.288675)}},
+                              "gsm8k": {"skipped": "generation benchmark"}}}
+    out = summary_metrics(results)
+    assert out["bits_per_byte"] == {"code": 1.5} and out["bits_per_byte_stderr"] == {"code": 0.216506}
+    assert out["arc"] == {"items": 5, "dirty_items": 1, "acc": 0.6, "acc_stderr": 0.244949, "acc_clean": 0.5,
+                          "acc_clean_stderr": 0.288675}
+    # Mean over the two benchmarks: sqrt(0.244949^2 + 0.288675^2) / 2 = sqrt(0.06 + 1/12) / 2 = 0.189297.
+    assert out["benchmarks_mean"]["acc_stderr"] == pytest.approx(math.sqrt(0.06 + 1 / 12) / 2, abs=1e-6)
+    assert out["benchmarks_mean"]["acc_clean_stderr"] == pytest.approx(math.sqrt(2 / 12) / 2, abs=1e-6)

@@ -552,3 +552,199 @@ def test_filter_stage_through_docstage(conf, tmp_path, monkeypatch, text_dir, ba
     assert counts["in"] == 7 and counts["out"] == 3
     assert counts["by_reason"]["drop:language"] == 1
     assert json.loads((tmp_path / "metrics" / "filter.json").read_text())["documents"]["in"] == 7
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every numeric threshold at, just below and just above it (issue 40). Bounds are inclusive (text.measure:
+# "at most 0.30" keeps 0.30, "at least 50" keeps 50; conf/filter/default.yaml says so too): a maximum keeps the
+# value at it and drops the next one up, a minimum keeps the value at it and drops the next one down. Each case
+# builds three documents whose measured value is the threshold exactly and one step (a word, a line, a
+# character) either side, and asks the rule group, with the shipped thresholds, which it keeps.
+
+KEEP, DROP = True, False
+AT_MAX = (KEEP, KEEP, DROP)  # (just below, at, just above) a maximum
+AT_MIN = (DROP, KEEP, KEEP)  # ... a minimum
+
+
+def _pad(text: str, total: int) -> str:
+    """text followed by distinct words that occur nowhere else ("z000", "z001", ...) up to exactly `total`
+    characters: no n-gram of the padding repeats."""
+    i = 0
+    while total - len(text) >= 10:
+        text += f" z{i:03d}"
+        i += 1
+    rest = total - len(text)
+    assert rest >= 5, (len(text), total)
+    return text + f" z{i:03d}" + "x" * (rest - 5)
+
+
+def _phrase(k: int, chars: int) -> str:
+    """k distinct words (a, b, c, ... the last one longer) of `chars` characters with their single spaces."""
+    words = [chr(ord("a") + i) for i in range(k)]
+    words[-1] *= chars - (2 * k - 1) + 1
+    out = " ".join(words)
+    assert len(out) == chars
+    return out
+
+
+def _top(k: int, chars: int, total: int):
+    """The most frequent k-gram twice, `chars` characters each time, in a text of `total` + d characters:
+    the top k-gram covers 2 x chars characters of it."""
+    return lambda d: _pad(" ".join([_phrase(k, chars)] * 2), total - d)
+
+
+def _dup(k: int, chars: int, total: int):
+    """A k-gram of `chars` characters repeated once: the repeat covers `chars` characters of total + d."""
+    return lambda d: _pad(" ".join([_phrase(k, chars)] * 2), total - d)
+
+
+def _lines(n_special: int, special: str, other: str, n: int = 100) -> str:
+    return "\n".join([special] * n_special + [other] * (n - n_special))
+
+
+SENTENCE = "This is one whole sentence here."  # terminal, six words: one sentence C4 keeps
+PROSE = "A plain line of prose that is longer than thirty characters."
+
+# (group, measure, threshold key or None for a parameter of the measure, (below, at, above), f(d) -> text)
+THRESHOLDS = {
+    # Gopher quality
+    "gopher_word_count@min_words": ("gopher_quality", "gopher_word_count", "min_words", AT_MIN,
+                                    lambda d: " ".join(["word"] * (50 + d))),
+    "gopher_word_count@max_words": ("gopher_quality", "gopher_word_count", "max_words", AT_MAX,
+                                    lambda d: " ".join(["word"] * (100_000 + d))),
+    # 50 words, one of them 3 + d (10 + d) characters: a mean of 3 + d / 50 (10 + d / 50)
+    "gopher_mean_word_length@min": ("gopher_quality", "gopher_mean_word_length", "min_mean_word_length", AT_MIN,
+                                    lambda d: " ".join(["abc"] * 49 + ["x" * (3 + d)])),
+    "gopher_mean_word_length@max": ("gopher_quality", "gopher_mean_word_length", "max_mean_word_length", AT_MAX,
+                                    lambda d: " ".join(["abcdefghij"] * 49 + ["y" * (10 + d)])),
+    "gopher_hash_word_ratio": ("gopher_quality", "gopher_hash_word_ratio", "max_hash_word_ratio", AT_MAX,
+                               lambda d: " ".join(["word"] * 100) + " #" * (10 + d)),  # (10 + d) / 100 words
+    "gopher_ellipsis_word_ratio": ("gopher_quality", "gopher_ellipsis_word_ratio", "max_ellipsis_word_ratio", AT_MAX,
+                                   lambda d: " ".join(["word"] * 100) + " …" * (10 + d)),
+    "gopher_bullet_line_frac": ("gopher_quality", "gopher_bullet_line_frac", "max_bullet_line_frac", AT_MAX,
+                                lambda d: _lines(90 + d, "• an item", "a line")),
+    "gopher_ellipsis_line_frac": ("gopher_quality", "gopher_ellipsis_line_frac", "max_ellipsis_line_frac", AT_MAX,
+                                  lambda d: _lines(30 + d, "and it went on...", "and it ended.")),
+    "gopher_alpha_word_frac": ("gopher_quality", "gopher_alpha_word_frac", "min_alpha_word_frac", AT_MIN,
+                               lambda d: " ".join(["word"] * (80 + d) + ["1234"] * (20 - d))),
+    "gopher_stop_words": ("gopher_quality", "gopher_stop_words", "min_stop_words", AT_MIN,
+                          lambda d: " ".join(["the"] * (2 + d) + ["word"] * 60)),
+    # Gopher repetition: 100 paragraphs or lines, 30 + d (20 + d) of them repeating the first; equal lengths
+    "gopher_dup_para_frac": ("gopher_repetition", "gopher_dup_para_frac", "max_dup_para_frac", AT_MAX,
+                             lambda d: "\n\n".join(["Repeated paragraph."] * (31 + d) + [f"Paragraph {i}." for i in range(69 - d)])),
+    "gopher_dup_para_char_frac": ("gopher_repetition", "gopher_dup_para_char_frac", "max_dup_para_char_frac", AT_MAX,
+                                  lambda d: "\n\n".join(["Paragraph number 999."] * (21 + d) + [f"Paragraph number {i:03d}." for i in range(79 - d)])),
+    "gopher_dup_line_frac": ("gopher_repetition", "gopher_dup_line_frac", "max_dup_line_frac", AT_MAX,
+                             lambda d: "\n".join(["Repeated line."] * (31 + d) + [f"Line {i}." for i in range(69 - d)])),
+    "gopher_dup_line_char_frac": ("gopher_repetition", "gopher_dup_line_char_frac", "max_dup_line_char_frac", AT_MAX,
+                                  lambda d: "\n".join(["Line number 999."] * (21 + d) + [f"Line number {i:03d}." for i in range(79 - d)])),
+    # The top 2-gram covers 2 x 10 characters of 100 (0.20), the top 3-gram 2 x 9 of 100 (0.18), the top
+    # 4-gram 2 x 8 of 100 (0.16); one character fewer or more in the text moves the fraction across.
+    "gopher_top_2gram_char_frac": ("gopher_repetition", "gopher_top_2gram_char_frac", "max_top_2gram_char_frac",
+                                   AT_MAX, _top(2, 10, 100)),
+    "gopher_top_3gram_char_frac": ("gopher_repetition", "gopher_top_3gram_char_frac", "max_top_3gram_char_frac",
+                                   AT_MAX, _top(3, 9, 100)),
+    "gopher_top_4gram_char_frac": ("gopher_repetition", "gopher_top_4gram_char_frac", "max_top_4gram_char_frac",
+                                   AT_MAX, _top(4, 8, 100)),
+    # A repeated k-gram of 30, 28, 26, 24, 22, 20 characters in 200: 0.15, 0.14, 0.13, 0.12, 0.11, 0.10.
+    **{f"gopher_dup_{k}gram_char_frac": ("gopher_repetition", f"gopher_dup_{k}gram_char_frac",
+                                         f"max_dup_{k}gram_char_frac", AT_MAX, _dup(k, 40 - 2 * k, 200))
+       for k in range(5, 11)},
+    # C4
+    # Two lines of 40 characters, one terminal: half the text; the terminal one a character shorter or longer.
+    "c4_terminal_punct_char_frac": ("c4", "c4_terminal_punct_char_frac", "min_terminal_punct_char_frac", AT_MIN,
+                                    lambda d: "a" * (39 + d) + ".\n" + "b" * 40),
+    # A maximum of 0: nothing below it.
+    "c4_lorem_ipsum": ("c4", "c4_lorem_ipsum", "max_lorem_ipsum", (None, KEEP, DROP),
+                       lambda d: "\n".join([SENTENCE] * 3 + ["Lorem ipsum dolor sit amet."] * d)),
+    "c4_curly_brace_lines": ("c4", "c4_curly_brace_lines", "max_curly_brace_lines", (None, KEEP, DROP),
+                             lambda d: "\n".join([SENTENCE] * 3 + ["The set {1, 2, 3} has three numbers."] * d)),
+    "c4_javascript_line_frac": ("c4", "c4_javascript_line_frac", "max_javascript_line_frac", AT_MAX,
+                                lambda d: _lines(20 + d, "Please enable JavaScript to see this.", SENTENCE)),
+    "c4_policy_line_frac": ("c4", "c4_policy_line_frac", "max_policy_line_frac", AT_MAX,
+                            lambda d: _lines(20 + d, "Read our privacy policy for the details.", SENTENCE)),
+    "c4_sentences": ("c4", "c4_sentences", "min_sentences", AT_MIN, lambda d: "\n".join([SENTENCE] * (3 + d))),
+    # C4's line rules, read through the sentences they leave: a line of fewer than 5 words is removed (one of 4
+    # leaves 2 sentences of 3), and so is a line with a word over 1000 characters.
+    "c4_min_words_per_line": ("c4", "c4_sentences", None, AT_MIN,
+                              lambda d: "\n".join([SENTENCE] * 2 + [" ".join(["Word"] * (4 + d)) + " end."])),
+    "c4_max_word_length": ("c4", "c4_sentences", None, AT_MAX,
+                           lambda d: "\n".join([SENTENCE] * 2 + ["A long word " + "w" * (1000 + d) + " in a line."])),
+    # FineWeb
+    "fineweb_line_punct_ratio": ("fineweb", "fineweb_line_punct_ratio", "min_line_punct_ratio", AT_MIN,
+                                 lambda d: _lines(12 + d, PROSE, "A plain line of prose with no end mark at all")),
+    "fineweb_short_line_ratio": ("fineweb", "fineweb_short_line_ratio", "max_short_line_ratio", AT_MAX,
+                                 lambda d: _lines(67 + d, "Short.", PROSE)),
+    # 67 short lines of 100 and one of 30 + d characters: short (at most 30) it makes 68, over the maximum.
+    "fineweb_short_line_length": ("fineweb", "fineweb_short_line_ratio", None, (DROP, DROP, KEEP),
+                                  lambda d: "\n".join(["Short."] * 67 + ["s" * (29 + d) + "."] + [PROSE] * 32)),
+    # A line of 10 characters repeated once, in 1,000 - d characters without the newlines: 10 / 1000 = 0.01.
+    "fineweb_char_dup_ratio": ("fineweb", "fineweb_char_dup_ratio", "max_char_dup_ratio", AT_MAX,
+                               lambda d: "abcdefghij\nabcdefghij\n" + "x" * (980 - d)),
+    "fineweb_newline_word_ratio": ("fineweb", "fineweb_newline_word_ratio", "max_newline_word_ratio", AT_MAX,
+                                   lambda d: " ".join(["word"] * (70 - d)) + "\nword" * (30 + d)),
+}
+
+
+def test_every_numeric_threshold_has_a_boundary_case(conf):
+    from tokenmill.filters import TEXT_GROUPS
+
+    p = resolve_params(conf)
+    numeric = {(g, k) for g, _ in TEXT_GROUPS for k, v in p[g].items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    covered = {(g, k) for g, _, k, _, _ in THRESHOLDS.values() if k}
+    covered |= {("c4", "min_words_per_line"), ("c4", "max_word_length"), ("fineweb", "short_line_length")}
+    assert numeric == covered
+    rules = {m for m in rules_measures(p, "Some text.")}
+    assert {name for _, name, _, _, _ in THRESHOLDS.values()} == rules
+
+
+def rules_measures(p: dict, text: str) -> dict:
+    from tokenmill.filters import TEXT_GROUPS
+
+    return {m.name: m for g, fn in TEXT_GROUPS for m in fn(Text(text), p[g])}
+
+
+@pytest.mark.parametrize("case", sorted(THRESHOLDS))
+def test_rule_at_just_below_and_just_above_its_threshold(conf, case):
+    from tokenmill.filters import TEXT_GROUPS
+
+    group, name, key, expected, make = THRESHOLDS[case]
+    p = resolve_params(conf)
+    fn = dict(TEXT_GROUPS)[group]
+    kept = []
+    for d in (-1, 0, 1):
+        if expected[d + 1] is None:
+            kept.append(None)
+            continue
+        m = next(m for m in fn(Text(make(d)), p[group]) if m.name == name)
+        if key is not None:  # the measured value sits exactly at the threshold, and one step either side
+            threshold = p[group][key]
+            assert (m.value > threshold) - (m.value < threshold) == d, (case, d, m.value, threshold)
+        kept.append(m.ok)
+    assert tuple(kept) == expected, (case, kept)
+
+
+def test_language_score_at_just_below_and_just_above_its_minimum(conf):
+    """min_score 0.65: a score of 0.65 is kept (FineWeb's LanguageFilter keeps score >= threshold), 0.649999
+    is dropped as `language`; the predicted language is scored the same way."""
+    from types import SimpleNamespace
+
+    off = {g: {"enabled": False} for g in ("gopher_repetition", "gopher_quality", "c4", "fineweb")}
+    p = FilterProcessor({**conf, **off})
+    for score, action in ((0.649999, "drop"), (0.65, "keep"), (0.650001, "keep")):
+        p.lid = SimpleNamespace(predict=lambda text, s=score: ("en", s))
+        out = p(doc("Any text at all."))
+        assert (out.action, out.reason) == (action, "language" if action == "drop" else "passed"), score
+
+
+def test_soft_banned_url_words_at_just_below_and_just_above_the_threshold(conf):
+    """soft_banned_url_word_threshold 2: two distinct soft words in a URL drop it, one does not."""
+    from tokenmill.filters.urls import UrlFilter
+
+    cfg = {**resolve_params(conf)["blocklists"], "soft_banned_url_words": ["dating", "singles", "hookup"]}
+    assert cfg["soft_banned_url_word_threshold"] == 2
+    f = UrlFilter(cfg)
+    assert f.check("https://example.com/dating/tips") is None
+    assert f.check("https://example.com/dating/singles") == ("url_banned_word", "soft:dating,singles")
+    assert f.check("https://example.com/dating/singles/hookup")[0] == "url_banned_word"

@@ -99,6 +99,37 @@ def test_verify_names_a_document_that_went_missing(built, tmp_path, capsys, monk
     assert victim in capsys.readouterr().out
 
 
+
+def test_verify_names_a_dropped_document_still_in_the_stage_output(built, tmp_path, capsys, monkeypatch):
+    """A stage that drops a document (its decision says drop) but still writes it to its documents: conservation
+    in name only (input = kept + dropped holds on the decisions), and the document travels on. verify must
+    name the document and the stage that let it through."""
+    import pyarrow as pa
+
+    root, _ = built
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    shutil.copytree(root / "data", data)
+    decisions = pa.concat_tables([pq.read_table(p) for p in sorted((data / "ingest" / "decisions").glob("*.parquet"))])
+    dropped = sorted(r["doc_id"] for r in decisions.select(["doc_id", "action"]).to_pylist() if r["action"] == "drop")
+    victim = dropped[0]
+    # Tamper: a copy of a kept document's row under the dropped document's id, appended to a documents shard.
+    shard = next(p for p in sorted((data / "ingest" / "documents").glob("*.parquet")) if pq.read_metadata(p).num_rows)
+    table = pq.read_table(shard)
+    assert victim not in table.column("doc_id").to_pylist()
+    leak = table.slice(0, 1).set_column(table.schema.get_field_index("doc_id"), "doc_id",
+                                        pa.array([victim], table.schema.field("doc_id").type))
+    pq.write_table(pa.concat_tables([table, leak]), shard)
+    result = lineage_stage.stage({"sources": SOURCES, "lineage": {}}, "ingest", data_root=data,
+                                 out_dir=tmp_path / "lineage")
+    named = [p for p in result["conservation_violations"] if victim in p]
+    assert len(named) == 1 and named[0].startswith("ingest: ") and "not kept" in named[0], result["conservation_violations"]
+    db = str(tmp_path / "lineage" / lineage.DB_NAME)
+    assert cli.main(["audit", "--db", db, "verify"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("ingest: ") and victim in line for line in out), out
+
+
 def test_missing_database_is_one_clear_line(tmp_path, capsys):
     assert cli.main(["audit", "--db", str(tmp_path / "none.duckdb"), "verify"]) == 2
     err = capsys.readouterr().err.strip()

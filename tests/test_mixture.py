@@ -121,3 +121,93 @@ def test_bad_phases():
 
 def test_document_bucket_weights_fold_tiers():
     assert document_bucket_weights({"web/high": 0.3, "web/low": 0.2, "code": 0.5}) == {"code": 0.5, "web": 0.5}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A bucket's own epoch cap (mixture.max_epochs.<bucket>), below and above the default cap (issue 40): the
+# planned repetitions of each bucket, counted in the plan, against its cap and its available tokens counted here.
+
+
+def _capped_index() -> pa.Table:
+    """code: 50 documents, web: 80 documents of uneven lengths (so a phase's quota ends inside a document)."""
+    rng = np.random.default_rng(3)
+    rows = [{"doc_id": f"{bucket}-{i:03d}", "bucket": bucket, "shard": "s.bin", "offset": 0, "length": int(n)}
+            for bucket, count, high in (("code", 50, 400), ("web", 80, 170))
+            for i, n in enumerate(rng.integers(50, high, count))]
+    return pa.Table.from_pylist(rows)
+
+
+def _available(index: pa.Table) -> dict[str, int]:
+    """Tokens of each bucket read once: its documents' lengths, each + 1 for the end-of-text."""
+    out: dict[str, int] = {}
+    for r in index.to_pylist():
+        out[r["bucket"]] = out.get(r["bucket"], 0) + r["length"] + 1
+    return out
+
+
+def _visits(plan: pa.Table, bucket: str) -> tuple[int, int]:
+    """(planned tokens of the bucket, the most times one of its documents is read)."""
+    rows = [r for r in plan.to_pylist() if r["bucket"] == bucket]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["doc_id"]] = counts.get(r["doc_id"], 0) + 1
+    return sum(r["length"] + 1 for r in rows), max(counts.values())
+
+
+TWO_PHASES = {"bulk": {"fraction": 0.7, "weights": {"code": 0.5, "web": 0.5}},
+              "anneal": {"fraction": 0.3, "weights": {"code": 0.5, "web": 0.5}}}
+
+
+def test_a_bucket_cap_below_the_default_caps_that_bucket_alone():
+    """max_epochs {code: 2} (default 4) with a budget too large for the corpus, derived (cap_budget): code, half
+    of every phase, runs out first, at 2 x its tokens, so the budget is 2 x available(code) / 0.5; web, given the
+    same tokens from fewer, is read about 2.9 times, past code's cap and within the default's."""
+    from tokenmill.mixture import resolve_params
+
+    index = _capped_index()
+    avail = _available(index)
+    assert 2 < 2 * avail["code"] / avail["web"] < 3  # web's epochs at code's cap: 2.43, between 2 and the default 4
+    caps = resolve_params({"name": "t", "phases": TWO_PHASES, "max_epochs": {"code": 2}})["max_epochs"]
+    assert caps == {"default": 4, "code": 2}  # the bucket's cap merged over the default
+    result = build_plan(index, parse_phases(TWO_PHASES), 10**9, seed=7, max_epochs=caps, cap_budget=True)
+    assert result["capped_by"] == "code"
+    assert 4 * avail["code"] - 2 <= result["token_budget"] <= 4 * avail["code"]
+    code_tokens, code_reads = _visits(result["plan"], "code")
+    assert code_tokens <= 2 * avail["code"] and code_reads <= 2  # within its own cap, in every phase together
+    assert code_tokens >= 2 * avail["code"] - 2 * 401  # and up to it: short of it by under a document per phase
+    web_tokens, web_reads = _visits(result["plan"], "web")
+    assert 2 < web_tokens / avail["web"] < 4 and web_reads == 3  # the default cap, not code's
+    # Asked for (no cap_budget), a budget that would read code 2.5 times fails, naming code and its own cap.
+    with pytest.raises(MixtureError, match=r"bucket 'code' would be repeated 2\.50 times .* max_epochs is 2"):
+        build_plan(index, parse_phases(TWO_PHASES), 5 * avail["code"], seed=7, max_epochs=caps)
+
+
+def test_a_bucket_cap_above_the_default_lets_that_bucket_alone_repeat_more():
+    """max_epochs {code: 6} (default 4): a budget reading code 5 times plans (the default would refuse it), 7
+    times fails naming code's cap 6; web at 5 epochs fails at the default 4."""
+    index = _capped_index()
+    avail = _available(index)
+    caps = {"default": 4, "code": 6}
+    heavy = {"bulk": {"fraction": 0.7, "weights": {"code": 0.8, "web": 0.2}},
+             "anneal": {"fraction": 0.3, "weights": {"code": 0.8, "web": 0.2}}}
+    budget = int(5 * avail["code"] / 0.8)  # code's share 0.8: 5 epochs; web's 0.2: under 4 (1.25 x 5 x code / web)
+    result = build_plan(index, parse_phases(heavy), budget, seed=7, max_epochs=caps)
+    code_tokens, code_reads = _visits(result["plan"], "code")
+    # 5 epochs, give or take a document per phase (each phase's quota ends inside one)
+    assert abs(code_tokens - 5 * avail["code"]) <= 2 * 401 and code_reads in (5, 6)
+    web_tokens, _ = _visits(result["plan"], "web")
+    assert web_tokens / avail["web"] < 4
+    with pytest.raises(MixtureError, match=r"bucket 'code' would be repeated 4\.80 times .* max_epochs is 4"):
+        build_plan(index, parse_phases(heavy), int(4.8 * avail["code"] / 0.8), seed=7, max_epochs={"default": 4})
+    with pytest.raises(MixtureError, match=r"bucket 'code' would be repeated 7\.00 times .* max_epochs is 6"):
+        build_plan(index, parse_phases(heavy), 7 * avail["code"] * 5 // 4, seed=7, max_epochs=caps)
+    # Derived: the budget grows to code's own cap 6, where the default would have stopped it at 4.
+    capped = build_plan(index, parse_phases(heavy), 10**9, seed=7, max_epochs=caps, cap_budget=True)
+    assert capped["capped_by"] == "code" and abs(capped["token_budget"] - 6 * avail["code"] / 0.8) <= 2
+    code_tokens, code_reads = _visits(capped["plan"], "code")
+    assert 5.9 < code_tokens / avail["code"] <= 6 and code_reads <= 6
+    # web's own share at 5 epochs is past the default cap of 4: refused, naming web.
+    even = int(5 * avail["web"] / 0.5)
+    assert even * 0.5 / avail["code"] < 6
+    with pytest.raises(MixtureError, match=r"bucket 'web' would be repeated 5\.00 times .* max_epochs is 4"):
+        build_plan(index, parse_phases(TWO_PHASES), even, seed=7, max_epochs=caps)

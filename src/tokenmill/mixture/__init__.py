@@ -108,6 +108,8 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
     cap_budget: then the budget shrinks to the most the epoch caps allow (the budget was derived, not asked
     for: a corpus too small for the model trains on what it has). The result's token_budget is the budget
     planned, requested_budget the one given, and capped_by the bucket that set the cap (None: not capped).
+    No document is planned past its bucket's cap: a bucket at its cap ends its phase's quota short of it by
+    less than a document, instead of overshooting it.
 
     canaries: {doc_id: planned visits} of the index's canary documents (tokenmill.canaries). They are never
     held out and never weighted: each is placed exactly that many times, at seeded places of the finished
@@ -165,6 +167,10 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
                 f"lower its weight, lower the budget or raise max_epochs")
 
     cursor = {b: 0 for b in buckets}  # documents consumed so far in each bucket's endless stream
+    # Each phase fills its quota and overshoots it by up to one document; over several phases those overshoots
+    # add up past a quota the caps allow exactly (a capped budget), and would read a bucket's documents one time
+    # more than max_epochs. A bucket stops where its next document would take it past its cap.
+    room = {b: cap_of(b) * available[b] for b in buckets}  # tokens a bucket may still supply
     orders: dict[tuple[str, int], np.ndarray] = {}  # the visiting order of each bucket's epochs
     rows: list[tuple] = []
     for ph in phases:
@@ -185,6 +191,9 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
                     orders[(b, epoch)] = _permutation(n, seed, b, epoch)
                 j = int(orders[(b, epoch)][i])
                 size = int(lengths[j]) + 1  # + end-of-text
+                if size > room[b]:
+                    break
+                room[b] -= size
                 placed.append(((got + size / 2) / quota, b, ids[j], epoch, shards[j], int(offsets[j]), int(lengths[j])))
                 got += size
                 cursor[b] += 1
