@@ -10,6 +10,7 @@ output, one stage for a comment edit, the plan and below for a mixture experimen
 import html
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -367,14 +368,16 @@ def test_mixture_experiments(demo):
     page = (repo / "decision" / "index.html").read_text()
     assert html.escape(seed["verdict"]) in page and "Ranking on heldout_bpb.code" in page and "Forecast against the naive" in page
 
-    # The documented comparison (README): what changed, by name, in one screen.
-    table = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", *COMPARE_FLAGS], repo,
-                 COLUMNS="200").stdout
-    lines = table.splitlines()
-    assert max(len(line) for line in lines) <= 200, table
-    for column in ("Experiment", "mixture.name", "planned.code", "unique_documents", "heldout_mean"):
-        assert column in table, table
-    assert "no_code" in table and "seed-1" in table and "…" not in table, table
+    # Every `dvc exp show` the README and docs show: a table that fits 200 columns, with the columns it promises
+    # and no cell cut to `…` (a --keep without --drop once printed a table of `…` cells).
+    shown_commands = documented_exp_show()
+    assert set(shown_commands) == set(EXP_SHOW_COLUMNS), shown_commands  # a new documented command needs its row here
+    for command in shown_commands:
+        table = _run([*shlex.split(command), "--no-pager"], repo, COLUMNS="200").stdout
+        assert max(len(line) for line in table.splitlines()) <= 200, (command, table)
+        for column in EXP_SHOW_COLUMNS[command]:
+            assert column in table, (command, column, table)
+        assert "no-code" in table and "seed-1" in table and "…" not in table, (command, table)
     shown = _run(["dvc", "plots", "show", "-o", str(repo / "plots_html")], repo).stdout
     plots_page = (repo / "plots_html" / "index.html").read_text()
     assert "funnel.json" in plots_page and "mixture_buckets.json" in plots_page, shown
@@ -384,8 +387,24 @@ NO_CODE = ["-S", "~mixture.phases.bulk.weights.code", "-S", "~mixture.phases.ann
            "-S", "mixture.name=no_code", "-S", "mixture.max_epochs.default=8"]
 SHARED = ROOT / ".." / "shared" / "data"
 
-# What README documents for comparing mixture experiments side by side.
-COMPARE_FLAGS = ["--drop", ".*", "--keep", r"^(Experiment|mixture\.name|unique_documents|planned\..*|heldout_mean)$"]
+# The `dvc exp show` commands README.md and docs/ document, and the columns each promises.
+EXP_SHOW_COLUMNS = {
+    "dvc exp show --only-changed --drop '.*' --keep '^(Experiment|decision_metric|heldout_mean(_sigma)?|"
+    "benchmarks_(bpb|prob_norm)(_sigma)?)$'": ("Experiment", "decision_metric", "heldout_mean", "heldout_mean_sigma",
+                                             "benchmarks_bpb", "benchmarks_bpb_sigma", "benchmarks_prob_norm_sigma"),
+    "dvc exp show --only-changed --drop '.*' --keep '^(Experiment|mixture\\.name|unique_documents|planned\\..*|"
+    "heldout_mean)$'": ("Experiment", "mixture.name", "planned.code", "unique_documents", "heldout_mean"),
+}
+
+
+def documented_exp_show() -> list[str]:
+    """Each line of a code block in README.md and docs/*.md that runs `dvc exp show`, without its comment."""
+    commands = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in doc.read_text().splitlines():
+            if line.startswith("dvc exp show"):
+                commands.append(line.split("  #")[0].strip())
+    return commands
 
 
 @pytest.mark.slow
@@ -548,3 +567,33 @@ def test_a_clone_never_built_checks_out_without_warnings(tmp_path):
     _run(["dvc", "init", "-q"], tmp_path)
     proc = _run(["dvc", "checkout", "--allow-missing"], tmp_path)  # what `dvc exp run` does before it runs
     assert proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
+
+
+def test_the_committed_lock_is_the_build_of_the_committed_code():
+    """`dvc status` here (in CI: a fresh clone, nothing built) finds no stage whose code, parameters or command
+    changed since dvc.lock was written, and no committed metric or plot that differs from the lock: the numbers a
+    user reads in the repository are the ones the code produces. Outputs not built or not in the cache (every
+    DVC-cached output of a fresh clone) are not changes of the code. A commit that changes a stage's code or
+    parameters without rebuilding the demo (`make demo`) and committing its lock, metrics and plots fails here."""
+    import dvc.api  # noqa: F401  (DVC must be installed: the project's own dependency)
+
+    status = json.loads(_run(["dvc", "status", "--json"], ROOT).stdout or "{}")
+    stages = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
+    built = [o["path"] for s in stages.values() for o in s.get("outs", [])]  # every stage's outputs
+
+    def is_output(path: str) -> bool:
+        return any(path == o or path.startswith(o.rstrip("/") + "/") for o in built)
+
+    stale = []
+    for stage, changes in status.items():
+        for change in changes:
+            if not isinstance(change, dict):
+                stale.append(f"{stage}: {change}")  # "changed command", "always changed"
+                continue
+            for kind, paths in change.items():
+                for path, what in (paths.items() if isinstance(paths, dict) else [(paths, "changed")]):
+                    if what in ("not in cache", "deleted") or (kind == "changed deps" and is_output(path)):
+                        continue  # an output not built here, or built differently in this workspace
+                    stale.append(f"{stage}: {kind}: {path}: {what}")
+    assert not stale, "dvc.lock is not the build of this code (run `make demo` and commit dvc.lock, metrics/, " \
+                      "plots/ and dvclive/):\n" + "\n".join(stale)
