@@ -582,7 +582,9 @@ def test_the_committed_lock_is_the_build_of_the_committed_code():
     built = [o["path"] for s in stages.values() for o in s.get("outs", [])]  # every stage's outputs
 
     def is_output(path: str) -> bool:
-        return any(path == o or path.startswith(o.rstrip("/") + "/") for o in built)
+        """A stage's output, a file inside one, or a folder holding outputs (data/train holds every run's)."""
+        return any(path == o or path.startswith(o.rstrip("/") + "/") or o.startswith(path.rstrip("/") + "/")
+                   for o in built)
 
     stale = []
     for stage, changes in status.items():
