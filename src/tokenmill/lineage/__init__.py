@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Mapping
 
 import duckdb
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.lineage.connect import DB_NAME, connect as connect  # re-exported: the read-only, sealed connection

@@ -46,7 +46,8 @@ from tokenmill import schema
 from tokenmill.canaries import EXPOSURE, CanaryRequests
 from tokenmill.evaluate.evalset import METRICS, EvalSet, benchmark_means
 from tokenmill.train.checkpoint import Checkpointer
-from tokenmill.train.config import RunConfig, TrainConfigError, mesh_shape, model_size, parse_run, run_steps
+from tokenmill.train.config import (RunConfig, TrainConfigError, mesh_shape, model_size, parse_run, run_steps,
+                                    token_budget)
 from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
 from tokenmill.train.faults import Watchdog, attempt, fire_once, record_resume
 from tokenmill.train.health import (HEALTH, HEALTH_ALARMS, Health, collapse, corrupt, optimizer_params,
@@ -475,6 +476,7 @@ def plan_steps(cfg: RunConfig, stream: PlanStream, params: int) -> int:
     t = cfg.train
     steps = run_steps(t, params, stream.total_tokens)
     if steps <= 0:
+        budget = token_budget(t.token_budget, t.tokens_per_param, params)
         raise TrainError(f"no full step fits: the plan holds {stream.total_tokens} tokens and the budget {budget}, "
                          f"a step takes {t.tokens_per_step} (seq_len x global_batch)")
     return steps
