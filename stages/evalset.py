@@ -8,14 +8,15 @@ stage's contamination table (tokenmill.evaluate.evalset).
 
 import sys
 
-from tokenmill.evaluate import dirty_items, resolve_params
+from tokenmill.evaluate import dirty_items
+from tokenmill.evaluate.params import Evaluate
 from tokenmill.evaluate.evalset import build_evalset
 from tokenmill.runtime import ParamError, StageRun, input_id, load_params, script
 
 
 def main(tokenizer_stage: str, documents_stage: str) -> None:
     p = load_params("evaluate.inloop_items", "decontaminate.benchmarks", "train.seq_len")
-    items = resolve_params(p["evaluate"])["inloop_items"]
+    items = Evaluate.resolve(p["evaluate"]).inloop_items
     seq_len = p["train"]["seq_len"]
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
         raise ParamError(f"train.seq_len: expected a positive integer, got {seq_len!r}")

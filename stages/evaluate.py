@@ -10,7 +10,7 @@ data/train), signal, noise and their ratio per metric, and the decision metric t
 
 import sys
 
-from tokenmill.evaluate import resolve_params
+from tokenmill.evaluate.params import Evaluate
 from tokenmill.evaluate.evalset import METRICS, benchmark_means
 from tokenmill.evaluate.run import heldout_documents, run_evaluation
 from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
@@ -19,8 +19,7 @@ from tokenmill.runtime import StageRun, input_id, load_params, script
 
 def main(export_stage: str, plan_stage: str, documents_stage: str) -> int:
     p = load_params("evaluate", "decontaminate.benchmarks")
-    cfg = resolve_params(p["evaluate"])
-    run_cfg = {k: v for k, v in cfg.items() if k != "inloop_items"}  # the evalset stage's (in-loop) key
+    run_cfg = Evaluate.resolve(p["evaluate"]).model_dump(exclude={"inloop_items"})  # the evalset stage's key
     benchmarks = p["decontaminate"]["benchmarks"]
     with StageRun("evaluate", "data/evaluate", {**run_cfg, "benchmarks": benchmarks},
                   libraries=("lm-eval", "torch", "transformers")) as run:

@@ -8,12 +8,12 @@ FSDP / TP shards in one process).
 import sys
 
 from tokenmill.export import export_run
-from tokenmill.params import resolve
+from tokenmill.export.params import Export
 from tokenmill.runtime import StageRun, input_id, load_params, script
 
 
 def main(run: str, tokenizer_stage: str) -> int:
-    p = resolve("export", load_params("export")["export"])
+    p = Export.resolve(load_params("export")["export"]).model_dump()
     run_dir, tok_dir = f"data/train/{run}", f"data/{tokenizer_stage}/hf"
     with StageRun("export", "data/export", p, libraries=("torch", "safetensors", "transformers")) as run_:
         run_.input_hashes.update({run: input_id(run_dir), tokenizer_stage: input_id(f"data/{tokenizer_stage}")})

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tokenmill import benchmarks, evaluate, lineage, mixture, quality, sample, tokenize
+from tokenmill.benchmarks import Benchmarks
+from tokenmill.evaluate.params import Evaluate
+from tokenmill.lineage.params import Lineage
+from tokenmill.mixture.params import Mixture
+from tokenmill.quality.params import Quality
+from tokenmill.sample.params import Sample
+from tokenmill.tokenize.params import Tokenize
 from tokenmill.config import compose
 from tokenmill.ingest import Source, load_sources
 from tokenmill.runtime import ParamError
@@ -53,14 +59,16 @@ def test_tokenizer_sample_weights_are_the_default_mixtures_bulk_phase(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Validated sections: quality, mixture, tokenize, sample, lineage. Each has one schema (its module's DEFAULTS
-# through merge_params); a typo or a wrong type stops its stage before any work, naming the full dotted key.
+# Validated sections: quality, mixture, tokenize, sample, lineage, benchmarks, evaluate. Each has one schema, in
+# its own package; a typo or a wrong type stops its stage before any work, naming the full dotted key.
+
+REQUIRED = [k for k, f in Mixture.model_fields.items() if f.is_required()]  # a preset states them
+SCHEMAS = {"quality": Quality, "mixture": Mixture, "tokenize": Tokenize, "lineage": Lineage, "sample": Sample,
+           "benchmarks": Benchmarks, "evaluate": Evaluate}
 
 
-RESOLVE = {"quality": quality.resolve_params, "mixture": mixture.resolve_params,
-           "tokenize": tokenize.resolve_params, "lineage": lineage.resolve_params,
-           "sample": sample.resolve_params, "benchmarks": benchmarks.resolve_params,
-           "evaluate": evaluate.resolve_params}
+def _resolved(section: str, given) -> dict:
+    return SCHEMAS[section].resolve(given).model_dump()
 
 
 def _conf(*parts: str) -> dict:
@@ -69,17 +77,17 @@ def _conf(*parts: str) -> dict:
 
 def test_code_defaults_are_the_shipped_conf():
     """Each default is stated once: the code's DEFAULTS are the shipped conf's values, where the reasons are."""
-    assert quality.DEFAULTS == _conf("quality", "default.yaml")
-    assert tokenize.DEFAULTS == _conf("tokenize", "default.yaml")
-    assert sample.DEFAULTS == _conf("source", "sample.yaml")["sample"]  # the default source preset
-    assert lineage.DEFAULTS == _conf("config.yaml")["lineage"]
-    assert benchmarks.DEFAULTS == _conf("config.yaml")["benchmarks"]
-    assert evaluate.DEFAULTS == _conf("evaluate", "default.yaml")
+    assert Quality.defaults() == _conf("quality", "default.yaml")
+    assert Tokenize.defaults() == _conf("tokenize", "default.yaml")
+    assert Sample.defaults() == _conf("source", "sample.yaml")["sample"]  # the default source preset
+    assert Lineage.defaults() == _conf("config.yaml")["lineage"]
+    assert Benchmarks.defaults() == _conf("config.yaml")["benchmarks"]
+    assert Evaluate.defaults() == _conf("evaluate", "default.yaml")
     # A mixture's name and phases have no default (every preset states them); the rest are the default preset's.
     shipped = _conf("mixture", "default.yaml")
-    assert set(mixture.DEFAULTS) == set(shipped)
-    assert {k: v for k, v in mixture.DEFAULTS.items() if k not in mixture.REQUIRED} == \
-        {k: v for k, v in shipped.items() if k not in mixture.REQUIRED}
+    assert set(Mixture.defaults()) == set(shipped)
+    assert {k: v for k, v in Mixture.defaults().items() if k not in REQUIRED} == \
+        {k: v for k, v in shipped.items() if k not in REQUIRED}
 
 
 @pytest.mark.parametrize("overrides, sections", [
@@ -94,7 +102,7 @@ def test_every_shipped_preset_validates_unchanged(tmp_path, overrides, sections)
     compose(overrides, conf_dir=ROOT / "conf", output=out)
     p = yaml.safe_load(out.read_text())
     for section in sections:
-        assert RESOLVE[section](p[section]) == p[section], section  # every key stated, nothing added
+        assert _resolved(section, p[section]) == p[section], section  # every key stated, nothing added
 
 
 def _with(section: str, key: str, value) -> dict:
@@ -118,7 +126,7 @@ UNKNOWN = [  # (section, misspelt dotted key below it)
 @pytest.mark.parametrize("section, key", UNKNOWN)
 def test_an_unknown_key_is_an_error_naming_it(section, key):
     with pytest.raises(ParamError) as exc:
-        RESOLVE[section](_with(section, key, 1))
+        _resolved(section, _with(section, key, 1))
     assert str(exc.value).startswith(f"{section}.{key}: unknown parameter (known: ")
     assert "\n" not in str(exc.value)
 
@@ -162,7 +170,7 @@ WRONG = [  # (section, dotted key below it, value, the whole message after "<sec
 @pytest.mark.parametrize("section, key, value, message", WRONG)
 def test_a_wrong_type_or_value_is_an_error_naming_the_key(section, key, value, message):
     with pytest.raises(ParamError) as exc:
-        RESOLVE[section](_with(section, key, value))
+        _resolved(section, _with(section, key, value))
     if isinstance(value, list) and message is None:  # a bad item: the key and its index
         index = next(i for i, v in enumerate(value) if not isinstance(v, str))
         assert str(exc.value).startswith(f"{section}.{key}[{index}]: expected a string, got ")
@@ -173,26 +181,26 @@ def test_a_wrong_type_or_value_is_an_error_naming_the_key(section, key, value, m
 
 
 def test_missing_mixture_name_or_phases_is_an_error():
-    for key in mixture.REQUIRED:
+    for key in REQUIRED:
         params = _with("mixture", "seed", 1)
         del params[key]
         with pytest.raises(ParamError, match=rf"^mixture\.{key}: missing"):
-            mixture.resolve_params(params)
+            _resolved("mixture", params)
 
 
 def test_a_free_mapping_replaces_its_default_whole():
     """quality_tiers and max_epochs are keyed by buckets: a given tiers mapping replaces the default (`{}`
     or null turns tiers off); max_epochs keeps `default` for the buckets it does not name."""
-    assert tokenize.resolve_params({"quality_tiers": {"code": {"top": 0.9, "rest": 0}}})["quality_tiers"] == \
+    assert _resolved("tokenize", {"quality_tiers": {"code": {"top": 0.9, "rest": 0}}})["quality_tiers"] == \
         {"code": {"top": 0.9, "rest": 0}}
-    assert tokenize.resolve_params({"quality_tiers": {}})["quality_tiers"] == {}
-    assert tokenize.resolve_params({"quality_tiers": None})["quality_tiers"] == {}
-    assert tokenize.resolve_params({}) == tokenize.DEFAULTS
-    caps = mixture.resolve_params(_with("mixture", "max_epochs", {"code": 2}))["max_epochs"]
-    assert caps == {"default": mixture.DEFAULTS["max_epochs"]["default"], "code": 2}
+    assert _resolved("tokenize", {"quality_tiers": {}})["quality_tiers"] == {}
+    assert _resolved("tokenize", {"quality_tiers": None})["quality_tiers"] == {}
+    assert _resolved("tokenize", {}) == Tokenize.defaults()
+    caps = _resolved("mixture", _with("mixture", "max_epochs", {"code": 2}))["max_epochs"]
+    assert caps == {"default": Mixture.defaults()["max_epochs"]["default"], "code": 2}
     # null is "none" where the stage reads it so: no fallback reference corpus, no planted cases scored
-    assert quality.resolve_params({"positives": {"reference": None}})["positives"]["reference"] is None
-    assert lineage.resolve_params({"ground_truth": None}) == {"ground_truth": None}
+    assert _resolved("quality", {"positives": {"reference": None}})["positives"]["reference"] is None
+    assert _resolved("lineage", {"ground_truth": None}) == {"ground_truth": None}
 
 
 @pytest.mark.parametrize("stage, args, section, key", [

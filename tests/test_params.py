@@ -116,10 +116,26 @@ def test_every_problem_at_once(shipped):
 
 
 def test_resolve_fills_defaults_and_raises_one_line_per_problem():
-    assert P.resolve("dedup", {})["near"]["threshold"] == 0.8
-    assert P.resolve("dedup", {"near": {"threshold": 0.5}})["near"] == {**P.defaults("dedup")["near"], "threshold": 0.5}
-    with pytest.raises(P.ParamError, match=r"^dedup\.near\.threshold: expected .*; dedup\.lines\.max_docs: expected"):
-        P.resolve("dedup", {"near": {"threshold": 0}, "lines": {"max_docs": 0}})
+    """A stage resolves its section through its own package's schema: defaults filled in, the typed model back,
+    every problem at once on one line each."""
+    from tokenmill.dedup.params import Dedup
+    from tokenmill.runtime import ParamError
+
+    assert Dedup.resolve({}).near.threshold == 0.8
+    assert Dedup.resolve({"near": {"threshold": 0.5}}).near.model_dump() == {**Dedup.defaults()["near"], "threshold": 0.5}
+    with pytest.raises(ParamError, match=r"^dedup\.near\.threshold: expected .*; dedup\.lines\.max_docs: expected"):
+        Dedup.resolve({"near": {"threshold": 0}, "lines": {"max_docs": 0}})
+
+
+def test_every_schema_is_its_own_packages_and_the_gatherer_only_gathers():
+    """Each section's schema lives in the package whose stage reads it (tokenmill.<package>.params, or beside the
+    code for train, scouts, forecast and benchmarks); tokenmill.params defines no schema of its own."""
+    from pydantic import BaseModel
+
+    for name, model in P.SECTIONS.items():
+        assert model.__module__ != P.__name__ and model.section == name, (name, model.__module__)
+    assert not [n for n, v in vars(P).items() if isinstance(v, type) and issubclass(v, BaseModel)
+                and v.__module__ == P.__name__]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -454,6 +454,36 @@ def test_forced_rerun_and_comment_edit_do_only_their_own_work(demo):
         _run(["dvc", "repro"], repo)
 
 
+def _stale(repo: Path) -> set[str]:
+    """The stages `dvc status` finds changed (their deps, params or outputs)."""
+    return set(json.loads(_run(["dvc", "status", "--json"], repo).stdout or "{}"))
+
+
+@pytest.mark.slow
+def test_an_edit_to_one_sections_schema_stales_only_its_stage(demo):
+    """Each stage depends on its own package's schema and the base (tokenmill.section), not on every section's:
+    an edit to dedup's schema file leaves every other data stage up to date in `dvc status` — only dedup (whose
+    output the stages below read) and the whole-configuration check (in seconds; its output unchanged, so
+    nothing below it reruns for it). When every stage depended on one params.py, all 19 became stale."""
+    repo, _, _ = demo
+    before = _stale(repo)
+    schema = repo / "src" / "tokenmill" / "dedup" / "params.py"
+    original = schema.read_text()
+    try:
+        schema.write_text(original + "\n# an edit to dedup's schema\n")
+        assert _stale(repo) - before == {"check", "dedup"}
+        base = repo / "src" / "tokenmill" / "section.py"  # the base is every stage's
+        schema.write_text(original)
+        base_original = base.read_text()
+        base.write_text(base_original + "\n# an edit to the base\n")
+        try:
+            assert {"check", "dedup", "mixture", "pretrain", "report"} <= _stale(repo) - before
+        finally:
+            base.write_text(base_original)
+    finally:
+        schema.write_text(original)
+    assert _stale(repo) == before
+
 @pytest.mark.slow
 def test_lineage_stage_fails_when_a_document_goes_missing(demo, tmp_path):
     """A pipeline that lost a document must not look finished: the lineage stage exits non-zero naming it.

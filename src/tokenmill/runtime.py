@@ -62,7 +62,7 @@ def load_params(*keys: str, path: str | Path = "params.yaml") -> dict:
 
 
 class ParamError(ValueError):
-    """A parameter that is unknown, of the wrong type or out of range (tokenmill.params, the one schema); the
+    """A parameter that is unknown, of the wrong type or out of range (the schema its stage package states on tokenmill.section); the
     message names the parameter (its full dotted key), what is allowed and the value given. A ValueError, so
     callers that catch those still do."""
 

@@ -23,10 +23,10 @@ from tokenmill.decontam.ngrams import NgramIndex, _prepare, hash_texts
 from tokenmill.decontam.readers import benchmark_path, read_items
 from tokenmill.docstage import Outcome, map_document_shards
 from tokenmill.runtime import StageResult, sha1_file, tree_digest
-from tokenmill.params import defaults, resolve
+from tokenmill.decontam.params import Decontaminate
 
 STAGE = "decontaminate"
-DEFAULTS = defaults("decontaminate")
+DEFAULTS = Decontaminate.defaults()
 
 # One row per (document, benchmark item) overlap that meets the rule, or NEAR of it (at most MAX_NEAR_MISSES
 # of those per document): the table auditors join on doc_id. item_id is
@@ -55,7 +55,7 @@ BATCH_CHARS = 1 << 18
 
 
 def resolve_params(params: Mapping[str, Any]) -> dict:
-    return resolve("decontaminate", params)
+    return Decontaminate.resolve(params).model_dump()
 
 
 def build_index(params: Mapping[str, Any]) -> NgramIndex:

@@ -41,17 +41,18 @@ from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.text import exact_key, line_hashes, remove_lines
 from tokenmill.execution import make_executor
 from tokenmill.runtime import StageResult, input_id
-from tokenmill.params import defaults, resolve
+from tokenmill.dedup.params import Dedup
+from tokenmill.execution.params import Execution
 
 STAGE = "dedup"
 
-DEFAULTS: dict[str, dict[str, Any]] = defaults("dedup")  # tokenmill.params.Dedup says what each one is
+DEFAULTS: dict[str, dict[str, Any]] = Dedup.defaults()  # tokenmill.dedup.params.Dedup says what each one is
 
 SIG_ROWS = 4096  # documents per sketch batch
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return resolve("dedup", params)
+    return Dedup.resolve(params).model_dump()
 
 
 def lsh_shape(near: Mapping[str, Any]) -> tuple[int, int]:
@@ -226,7 +227,7 @@ def deduplicate(input_dir: str | Path, params: Mapping[str, Any] | None, executi
     p = resolve_params(params)
     input_dir, out_dir = Path(input_dir), Path(out_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
-    exe = resolve("execution", execution_cfg)
+    exe = Execution.resolve(execution_cfg).model_dump()
     bands, rows = lsh_shape(p["near"])
     result = StageResult()
     result.input_hashes[input_dir.name] = input_id(input_dir)

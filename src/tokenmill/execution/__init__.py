@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from tokenmill.execution.lifetime import die_with_parent, end_with_launcher
+from tokenmill.execution.params import Execution
 
 
 class TaskError(RuntimeError):
@@ -222,9 +223,7 @@ class RayExecutor(Executor):
 def make_executor(cfg: Mapping[str, Any] | None, timing: dict | None = None) -> Executor:
     """cfg is params.yaml's `execution` section: backend (local | ray), workers, ray_address. timing: the
     stage's run-record timing (StageResult.timing), which gets the executor's placement when it closes."""
-    from tokenmill.params import resolve
-
-    cfg = resolve("execution", cfg)
+    cfg = Execution.resolve(cfg).model_dump()
     ex = RayExecutor(cfg["ray_address"], cfg["workers"]) if cfg["backend"] == "ray" else LocalExecutor(cfg["workers"])
     ex.timing = timing
     return ex

@@ -21,11 +21,11 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from tokenmill.docstage import Outcome
-from tokenmill.params import defaults, resolve
+from tokenmill.filters.params import Filter
 from tokenmill.filters import c4, fineweb, gopher, langid, urls
 from tokenmill.filters.text import Measure, Text
 
-# Text rule groups in the order they are applied: (name, function); their parameters: tokenmill.params.
+# Text rule groups in the order they are applied: (name, function); their parameters: tokenmill.filters.params.
 TEXT_GROUPS: list[tuple[str, Callable[[Text, dict], list[Measure]]]] = [
     ("gopher_repetition", gopher.repetition),
     ("gopher_quality", gopher.quality),
@@ -34,15 +34,15 @@ TEXT_GROUPS: list[tuple[str, Callable[[Text, dict], list[Measure]]]] = [
 ]
 GROUPS = ("licences", "blocklists", "language") + tuple(name for name, _ in TEXT_GROUPS)
 
-# Code defaults are the published values (tokenmill.params.Filter); conf/filter/default.yaml repeats them
+# Code defaults are the published values (tokenmill.filters.params.Filter); conf/filter/default.yaml repeats them
 # with their sources and is what a pipeline run uses. allow=None switches the licence gate off.
-DEFAULTS: dict[str, dict[str, Any]] = {k: v for k, v in defaults("filter").items() if k != "buckets"}
+DEFAULTS: dict[str, dict[str, Any]] = {k: v for k, v in Filter.defaults().items() if k != "buckets"}
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.params.Filter); a bucket's switches keep only
+    """params over DEFAULTS, checked by the schema (tokenmill.filters.params.Filter); a bucket's switches keep only
     the groups it names (the others follow their group's `enabled`)."""
-    out = resolve("filter", params)
+    out = Filter.resolve(params).model_dump()
     out["buckets"] = {bucket: {g: v for g, v in switches.items() if v is not None}
                       for bucket, switches in out["buckets"].items()}
     return out

@@ -42,6 +42,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tokenmill.section import check_section
 from tokenmill.train.config import model_size, parse_model, parse_train, run_steps
 
 
@@ -87,8 +88,6 @@ def parse_forecast(section: Mapping | None) -> ForecastConfig:
         return ForecastConfig()
     if not isinstance(section, Mapping):
         raise ForecastError(f"forecast: expected a mapping, got {type(section).__name__}")
-    from tokenmill.params import check_section  # the one wording of a parameter's error
-
     lines = check_section("forecast", section, ForecastConfig)
     if lines:
         raise ForecastError("; ".join(lines))

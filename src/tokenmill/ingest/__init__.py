@@ -23,11 +23,11 @@ from tokenmill.execution import make_executor
 from tokenmill.ingest.readers import (ReadError, Record, read_archive, read_jsonl, read_parquet_rows,
                                       read_text_file)
 from tokenmill.ingest.text import Drop, normalise, payload_to_text
-from tokenmill.params import Source as SourceSchema, check_section, resolve
+from tokenmill.ingest.params import FORMATS, Ingest, Source as SourceSchema
+from tokenmill.section import check_section
 from tokenmill.runtime import StageResult, sha1_file
 
 STAGE = "ingest"
-FORMATS = ("warc", "wet", "arc", "jsonl", "parquet", "text")
 TABLES = ("documents", "records", "decisions", "read_errors")
 
 
@@ -36,7 +36,7 @@ class SourceError(ValueError):
 
 
 class Source(SourceSchema):
-    """A declared source: its keys are the schema's (tokenmill.params.Source), plus its name."""
+    """A declared source: its keys are the schema's (tokenmill.ingest.params.Source), plus its name."""
 
     name: str
     paths: list[str]
@@ -199,9 +199,9 @@ def _nothing_read(results: list[dict]) -> str:
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.params.Ingest): unknown keys and wrong types are
+    """params over DEFAULTS, checked by the schema (tokenmill.ingest.params.Ingest): unknown keys and wrong types are
     a ParamError naming the full dotted key."""
-    return resolve("ingest", params)
+    return Ingest.resolve(params).model_dump()
 
 
 def ingest_sources(sources: list[Source], ingest_cfg: Mapping, execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:

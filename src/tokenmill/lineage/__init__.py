@@ -18,17 +18,18 @@ from tokenmill.lineage.tables import (ITEM_METRICS, RUN_TABLES, audit_tables, ev
                                      run_records, training_tables)  # re-exported: the tables beside the database
 from tokenmill.lineage.planted import build_planted
 from tokenmill.runtime import StageResult, input_id, read_manifest, write_plot_rows
-from tokenmill.params import defaults, resolve
+from tokenmill.execution.params import Execution
+from tokenmill.lineage.params import Lineage
 
 # The stage's parameters and their defaults: the `lineage:` of conf/config.yaml (tests/test_config.py keeps
 # the two equal). ground_truth is the embedded corpus's planted cases, scored when the file is present; null
 # scores none.
-DEFAULTS = defaults("lineage")
+DEFAULTS = Lineage.defaults()
 
 
 def resolve_params(params: dict | None) -> dict:
     """params over DEFAULTS: an unknown key or a wrong type is a ParamError naming the full dotted key."""
-    return resolve("lineage", params)
+    return Lineage.resolve(params).model_dump()
 
 
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
@@ -264,7 +265,7 @@ def build_database(data_root: str | Path, stages: list[str], sources_cfg: dict, 
         result.input_hashes["benchmarks"] = input_id(data_root / "benchmarks")
     # The database file is not byte-reproducible (DuckDB writes a random database id and block layout,
     # even on one thread), so no stage reads it: it is the auditors' index, rebuilt from the Parquet.
-    exe = resolve("execution", execution_cfg)
+    exe = Execution.resolve(execution_cfg).model_dump()
     # Out of core like dedup's clustering: DuckDB spills beyond the limit instead of taking 80% of the RAM.
     con = duckdb.connect(str(out_dir / DB_NAME), config={"memory_limit": exe["duckdb_memory_limit"],
                                                          "threads": exe["workers"]})

@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tokenmill.params import defaults, resolve
+from tokenmill.mixture.params import Mixture
+from tokenmill.section import check_section
 
 
 
@@ -36,19 +37,17 @@ class MixtureError(ValueError):
 
 # The top-level parameters and their defaults: conf/mixture/default.yaml (tests/test_config.py keeps the two
 # equal). name and phases have none: they are what a mixture preset is, so every preset states them.
-DEFAULTS: dict[str, Any] = defaults("mixture")  # tokenmill.params.Mixture
+DEFAULTS: dict[str, Any] = Mixture.defaults()  # tokenmill.mixture.params.Mixture
 REQUIRED = ("name", "phases")
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.params.Mixture): a ParamError names the key.
+    """params over DEFAULTS, checked by the schema (tokenmill.mixture.params.Mixture): a ParamError names the key.
 
     max_epochs is keyed by bucket names: those not given keep DEFAULTS' (so `{code: 2}` still caps every
     other bucket at the default).
     """
-    p = resolve("mixture", params)
-    p["max_epochs"] = {**DEFAULTS["max_epochs"], **p["max_epochs"]}
-    return p
+    return Mixture.resolve(params).model_dump()
 
 
 PLAN = pa.schema([
@@ -84,10 +83,8 @@ def _permutation(n: int, seed: int, bucket: str, epoch: int) -> np.ndarray:
 
 def parse_phases(cfg: Mapping[str, Mapping]) -> list[Phase]:
     """{name: {fraction, weights}} in training order (a mapping, so `dvc exp show` names every weight),
-    checked by the schema (tokenmill.params.Mixture: fractions summing to 1, weights >= 0 with a positive sum)."""
-    from tokenmill.params import check_section
-
-    problems = [p for p in check_section("mixture", {"name": "-", "phases": cfg}) if p.startswith("mixture.phases")]
+    checked by the schema (tokenmill.mixture.params.Mixture: fractions summing to 1, weights >= 0 with a positive sum)."""
+    problems = [p for p in check_section("mixture", {"name": "-", "phases": cfg}, Mixture) if p.startswith("mixture.phases")]
     if problems:
         raise MixtureError("; ".join(problems))
     return [Phase(str(name), float(p["fraction"]), {k: float(v) for k, v in p["weights"].items()})

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from tokenmill import canaries, schema
 from tokenmill.mixture import build_plan, parse_phases, resolve_params, token_budget, tokens_per_step
-from tokenmill.params import check_section
+from tokenmill.section import check_section
 from tokenmill.runtime import ParamError, StageResult, input_id, read_manifest, write_plot_rows
 from tokenmill.train.config import TrainConfig
 

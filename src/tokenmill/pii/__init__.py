@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from tokenmill.docstage import Outcome
-from tokenmill.params import resolve
+from tokenmill.pii.params import Pii
 from tokenmill.pii.detectors import DEFAULT_REGIONS, TYPES, find_all
 
 DEFAULT_TOKENS = {
@@ -56,7 +56,7 @@ class PIIProcessor:
     """
 
     def __init__(self, params: Mapping[str, Any] | None = None):
-        p = resolve("pii", params)  # the schema: tokenmill.params.Pii
+        p = Pii.resolve(params).model_dump()  # the schema: tokenmill.pii.params
         # Scores are listed in DEFAULT_TOKENS order; detection order is irrelevant to the result.
         self.types = tuple(t for t in DEFAULT_TOKENS if p["enabled"].get(t, True))
         self.tokens = {**DEFAULT_TOKENS, **p["tokens"]}

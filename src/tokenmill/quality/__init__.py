@@ -44,12 +44,12 @@ import pyarrow.parquet as pq
 from tokenmill.docstage import Outcome, map_document_shards
 from tokenmill.execution import log_phase, make_executor
 from tokenmill.runtime import StageResult
-from tokenmill.params import defaults, resolve
+from tokenmill.quality.params import Quality
 
 LABEL_HQ, LABEL_LQ = "__label__hq", "__label__lq"
 # The parameters and their defaults: conf/quality/default.yaml, which says why each value is what it is
 # (tests/test_config.py keeps the two equal, so a default is stated once).
-DEFAULTS: dict[str, Any] = defaults("quality")
+DEFAULTS: dict[str, Any] = Quality.defaults()
 _SPACE = re.compile(r"\s+")
 
 
@@ -299,9 +299,9 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.params.Quality) before any work: unknown keys,
+    """params over DEFAULTS, checked by the schema (tokenmill.quality.params.Quality) before any work: unknown keys,
     wrong types and values outside their range are a ParamError naming the full dotted key."""
-    return resolve("quality", params)
+    return Quality.resolve(params).model_dump()
 
 
 def score_and_cut(input_dir: str | Path, params: Mapping, execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from tokenmill import canaries, schema
 from tokenmill.execution import make_executor
-from tokenmill.params import defaults, resolve
+from tokenmill.tokenize.params import Tokenize
 from tokenmill.runtime import StageResult, input_id
 
 STAGE = "tokenize"
@@ -40,18 +40,16 @@ INDEX = pa.schema([
 
 # The parameters and their defaults: conf/tokenize/default.yaml, which says what the tiers mean
 # (tests/test_config.py keeps the two equal).
-DEFAULTS: dict[str, Any] = defaults("tokenize")
+DEFAULTS: dict[str, Any] = Tokenize.defaults()
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.params.Tokenize).
+    """params over DEFAULTS, checked by the schema (tokenmill.tokenize.params.Tokenize).
 
     quality_tiers is keyed by bucket and tier names. A given mapping replaces the default whole (merged,
     listing only code's tiers would keep web's, and `{}` or null could not turn tiers off).
     """
-    p = resolve(STAGE, params)
-    p["quality_tiers"] = p["quality_tiers"] or {}
-    return p
+    return Tokenize.resolve(params).model_dump()
 
 
 def tier_of(score: float | None, tiers: Mapping[str, float]) -> str:

@@ -29,21 +29,21 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from tokenmill.params import defaults, resolve
+from tokenmill.tokenizer.params import Tokenizer
 from tokenmill.runtime import ParamError, temporary
 
 from .core import token_dtype
 from .sample import Source, as_stream, write_sample
 
-DEFAULTS: dict[str, Any] = {k: v for k, v in defaults("tokenizer").items() if k != "sample_weights"}
+DEFAULTS: dict[str, Any] = {k: v for k, v in Tokenizer.defaults().items() if k != "sample_weights"}
 
 FILES = ("tokenizer.model", "tokenizer.vocab", "meta.json", "hf/tokenizer.json", "hf/tokenizer_config.json")
 
 
 def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.params.Tokenizer); the sample weights are the
+    """params over DEFAULTS, checked by the schema (tokenmill.tokenizer.params.Tokenizer); the sample weights are the
     stage's, not the trainer's."""
-    p = resolve("tokenizer", params)
+    p = Tokenizer.resolve(params).model_dump()
     p.pop("sample_weights")
     return p
 

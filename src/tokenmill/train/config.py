@@ -7,9 +7,11 @@ misspelt `-S train.optimizer.lr=...` can never leave the default silently in for
 
 from __future__ import annotations
 
-from typing import Literal, Mapping, NamedTuple
+from typing import Annotated, Literal, Mapping, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tokenmill.section import Positive, Section, check_section
 
 
 class TrainConfigError(ValueError):
@@ -287,8 +289,6 @@ def mesh_shape(train: TrainConfig, world: int) -> MeshShape:
 
 
 def _validate(cls, data: Mapping, section: str):
-    from tokenmill.params import check_section  # the one wording of a parameter's error
-
     lines = check_section(section, data, cls)
     if lines:
         raise TrainConfigError("; ".join(lines))
@@ -309,6 +309,19 @@ def parse_train(train_cfg: Mapping) -> TrainConfig:
 # seed-only experiment took 75 s, 30 of them retraining the scouts). dvc.yaml declares these keys as the
 # scout stages' params; the dependency test (tests/test_pipeline_e2e.py) checks the two lists agree.
 SCOUT_RECIPE = tuple(k for k in TrainConfig.model_fields if k not in ("seed", "data_seed"))
+
+
+class Scout(Section):
+    """A rung of the scout ladder (params.yaml `scouts.<rung>`): its model, its token budget (null:
+    train.tokens_per_param x parameters), its seed replicas and their seed, its micro-batch and its learning-rate
+    sweep (parse_run checks the model and the rung's run)."""
+
+    model: dict
+    token_budget: Positive | None
+    seeds: Positive = 1
+    seed: int = 0  # the rung's runs: replica k initialises and orders its windows with seed + k (not train.seed)
+    micro_batch: Positive | None = None
+    lrs: list[Annotated[float, Field(gt=0)]] = []  # one more run per peak learning rate (tokenmill.train.stage.lr_sweep)
 
 
 def scout_run_config(scout: Mapping, train_cfg: Mapping) -> dict:

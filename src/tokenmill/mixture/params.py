@@ -1,0 +1,45 @@
+"""The mixture stage's parameters: a preset's name, its phases and weights, the epoch caps."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field, field_validator, model_validator
+
+from tokenmill.section import Section
+
+
+class Phase(Section):
+    fraction: Annotated[float, Field(gt=0, le=1)]  # of the token budget
+    weights: dict[str, Annotated[float, Field(ge=0)]]  # bucket (or bucket/tier) -> weight, normalised per phase
+
+    @field_validator("weights")
+    @classmethod
+    def _some_weight(cls, v):
+        if sum(v.values()) <= 0:
+            raise ValueError(f"expected at least one positive weight, got {v}")
+        return v
+
+
+class Mixture(Section):
+    section: ClassVar[str] = "mixture"
+    name: str  # a preset states its name and phases: they are what a mixture is
+    seed: int = 1234
+    heldout_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.01
+    # bucket -> the most epochs; `default` for the buckets not named (a given mapping is merged over it)
+    max_epochs: dict[str, Annotated[float, Field(gt=0)]] = {"default": 4}
+
+    @field_validator("max_epochs")
+    @classmethod
+    def _over_the_default_cap(cls, v):
+        # keyed by bucket: a given mapping is merged over the default, so `{code: 2}` still caps every other bucket
+        return {**cls.model_fields["max_epochs"].default, **v}
+    phases: dict[str, Phase] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _fractions_sum_to_one(self) -> "Mixture":
+        total = sum(p.fraction for p in self.phases.values())
+        if abs(total - 1) > 1e-6:
+            raise ValueError(f"phases: the fractions must sum to 1, got {total:g} "
+                             f"({', '.join(f'{n} {p.fraction:g}' for n, p in self.phases.items())})")
+        return self
