@@ -156,12 +156,12 @@ def test_two_ray_nodes_run_the_data_stages_and_survive_losing_one(cluster, warc_
     assert len(placement) == 2 and sum(placement.values()) == len(SMALL_FILES), placement  # both nodes ran tasks
 
     # The next data stage over the same cluster: the filter's shards equal the local executor's.
-    from tokenmill.params import resolve
+    from tokenmill.filters.params import Filter
     for where, execution in (("local", {"backend": "local", "workers": 2}), ("ray", ray_exec)):
         cwd = os.getcwd()
         os.chdir(tmp_path / where)
         try:
-            filter_stage.stage({"filter": resolve("filter", {}), "execution": execution}, "ingest", ".")
+            filter_stage.stage({"filter": Filter.defaults(), "execution": execution}, "ingest", ".")
         finally:
             os.chdir(cwd)
     assert _files(tmp_path / "ray" / "filter") == _files(tmp_path / "local" / "filter")
