@@ -31,6 +31,7 @@ demo: install
 	for stage in ingest filter pii dedup quality decontaminate; do tokenmill audit stage $$stage; echo; done
 
 test: install browser
+	$(VENV)/bin/lint-imports  # the layers and no import cycle (pyproject.toml, [tool.importlinter])
 	$(PY) -m pytest -q --durations=25 -n auto
 
 # The report test opens reports/index.html in a real headless browser: Debian's chromium (needs root or sudo).

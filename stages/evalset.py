@@ -10,8 +10,9 @@ import sys
 
 from tokenmill.evaluate import dirty_items
 from tokenmill.evaluate.params import Evaluate
+from tokenmill.section import ParamError
 from tokenmill.evaluate.evalset import build_evalset
-from tokenmill.runtime import ParamError, StageRun, input_id, load_params, script
+from tokenmill.runtime import StageRun, input_id, load_params, script
 
 
 def main(tokenizer_stage: str, documents_stage: str) -> None:

@@ -20,7 +20,7 @@ from tokenmill.sample.params import Sample
 from tokenmill.tokenize.params import Tokenize
 from tokenmill.config import compose
 from tokenmill.ingest import Source, load_sources
-from tokenmill.runtime import ParamError
+from tokenmill.section import ParamError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,7 +25,7 @@ def _user_errors():
     from tokenmill.forecast import ForecastError
     from tokenmill.ingest import SourceError
     from tokenmill.mixture import MixtureError
-    from tokenmill.runtime import ParamError
+    from tokenmill.section import ParamError
     from tokenmill.train.config import TrainConfigError
     from tokenmill.train.stage import LaunchError
 

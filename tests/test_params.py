@@ -119,7 +119,7 @@ def test_resolve_fills_defaults_and_raises_one_line_per_problem():
     """A stage resolves its section through its own package's schema: defaults filled in, the typed model back,
     every problem at once on one line each."""
     from tokenmill.dedup.params import Dedup
-    from tokenmill.runtime import ParamError
+    from tokenmill.section import ParamError
 
     assert Dedup.resolve({}).near.threshold == 0.8
     assert Dedup.resolve({"near": {"threshold": 0.5}}).near.model_dump() == {**Dedup.defaults()["near"], "threshold": 0.5}

@@ -34,6 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill import schema
+
 SOURCE = BUCKET = "canary"  # the token index's source and mixture bucket of canary documents
 SHARD = "tokens/canary/canaries.bin"
 TABLE, REQUESTS_FILE = "canaries.parquet", "canary_requests.parquet"  # under the tokenize stage's output
@@ -94,7 +96,6 @@ def design(cfg: Mapping) -> list[dict]:
 def plant(cfg: Mapping, tok, out_dir: str | Path) -> list[dict]:
     """Write the canary documents' tokens (SHARD), CANARIES and their scoring REQUESTS under out_dir; return
     their token index rows (tokenize.INDEX: doc_id, source, bucket, shard, offset, length)."""
-    from tokenmill import schema
     from tokenmill.evaluate.evalset import encode_pair  # lm-eval's split of context and continuation
 
     out_dir = Path(out_dir)
@@ -124,6 +125,8 @@ class CanaryRequests:
     """A tokenize output's canary requests as model inputs (the windows Trainer.loglikelihoods scores)."""
 
     def __init__(self, tokens_dir: str | Path, seq_len: int):
+        # the evaluation's windows, imported by the runs that score canaries: the mixture stage, which reads only
+        # this module's names, keeps evaluation code out of its dependencies
         from tokenmill.evaluate.evalset import scored_windows
 
         tokens_dir = Path(tokens_dir)

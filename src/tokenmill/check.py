@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import difflib
 import glob
-from collections import Counter
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from tokenmill.decontam.readers import read_items
+from tokenmill.ingest import SourceError, load_sources, static_dir
+from tokenmill.params import problems as schema_problems
 
 # What reads the files each parameter names, and where a user puts them: the folder is a dependency of
 # exactly those stages in dvc.yaml, so editing a file there reruns them.
@@ -42,8 +46,6 @@ READERS = {
 
 
 def _covered(pattern: str, deps: list[str], root: Path) -> bool:
-    from tokenmill.ingest import static_dir
-
     target = static_dir(pattern, root)
     return any(target == (d := (root / dep).resolve()) or target.is_relative_to(d) for dep in deps)
 
@@ -118,8 +120,6 @@ def _names(params: Mapping[str, Any], sources: list, buckets: set[str]) -> list[
 
 def _unmatched(src, matched: set[str], root: Path) -> list[str]:
     """Files under the source's folders that its format reads but that no source's glob takes."""
-    from tokenmill.ingest import static_dir
-
     pattern = re.compile(rf".*{READABLE.get(src.format, '$^')}$", re.I)
     out = set()
     for glob_pattern in src.paths:
@@ -136,8 +136,6 @@ def _unmatched(src, matched: set[str], root: Path) -> list[str]:
 
 def _benchmark_problem(key: str, spec: Mapping, root: Path) -> str | None:
     """One line when a benchmark file exists but cannot be read to the end by its reader."""
-    from tokenmill.decontam.readers import read_items
-
     try:
         n = sum(1 for _ in read_items({**spec, "path": str(root / spec["path"])}))
     except Exception as exc:  # any reader failure is the file's, and named as such
@@ -149,9 +147,6 @@ def _benchmark_problem(key: str, spec: Mapping, root: Path) -> str | None:
 
 def check_config(params: Mapping[str, Any], dvc: Mapping[str, Any], root: str | Path = ".") -> dict:
     """{"problems": [...], "warnings": [...], "files": {source: [paths]}}; each message is one line."""
-    from tokenmill.ingest import SourceError, load_sources
-    from tokenmill.params import problems as schema_problems
-
     root = Path(root)
     problems: list[str] = schema_problems(params)
     warnings: list[str] = []

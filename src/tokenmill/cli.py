@@ -230,7 +230,7 @@ def _audit(args) -> int:
 
 
 def _compare(args) -> int:
-    from tokenmill.evaluate import compare as C
+    from tokenmill.evaluate import compare as C  # each command loads its own modules (DVC's API here): `tokenmill audit` stays quick
 
     try:
         chosen = C.resolve(args.experiments, args.repo)
@@ -248,7 +248,7 @@ def _compare(args) -> int:
         return 2
     data = C.data_differences(exps)
     if args.html:
-        from tokenmill.report.decision import build_decision_page
+        from tokenmill.report.decision import build_decision_page  # matplotlib: only for the page
 
         searches = args.search if args.search is not None else sorted((Path(args.repo) / "searches").glob("*.json"))
         build_decision_page(args.html, results, data, searches, project=args.repo)
@@ -261,7 +261,7 @@ def _compare(args) -> int:
 
 
 def _search(args) -> int:
-    from tokenmill import search as S
+    from tokenmill import search as S  # DVC's repo and scipy: only for `search`
 
     try:
         out = S.search(args.repo, preset=args.preset, phase=args.phase, rung=args.rung, runs=args.runs,
@@ -275,7 +275,7 @@ def _search(args) -> int:
 
 
 def _release(args) -> int:
-    from tokenmill import croissant
+    from tokenmill import croissant  # mlcroissant: only for `release`
 
     out = Path(args.repo) / args.out
     try:
@@ -289,7 +289,7 @@ def _release(args) -> int:
 
 
 def _openlineage(args) -> int:
-    from tokenmill import openlineage as OL
+    from tokenmill import openlineage as OL  # the OpenLineage client: only for `openlineage`
 
     try:
         path = OL.write(OL.events(args.repo, args.parent), Path(args.repo) / args.out)

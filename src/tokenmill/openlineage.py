@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -207,8 +208,6 @@ def events(project: str | Path = ".", parent: str | None = None) -> list[dict]:
 
 
 def _head(project: Path) -> str:
-    import subprocess
-
     proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True)
     return proc.stdout.strip() or "workspace"
 
@@ -230,6 +229,7 @@ def send(out_dir: str | Path, url: str | None = None, api_key: str | None = None
     """Send the file's events not yet delivered through the client's HTTP transport, in order; returns
     (sent now, total). Stops at the first event the endpoint does not take after the client's retries: the
     rest stay in the file and the next call goes on from there."""
+    # the client's HTTP transport: only when events are sent, not when they are written
     from openlineage.client.transport.http import ApiKeyTokenProvider, HttpConfig, HttpTransport, TokenProvider
 
     out_dir = Path(out_dir)

@@ -19,12 +19,16 @@ import re
 import shutil
 import sys
 import time
+import traceback
 from collections import Counter
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+
+from tokenmill.execution.lifetime import end_with_launcher
+from tokenmill.section import ParamError  # noqa: F401  (a stage's error for a bad parameter, defined with the schemas)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Every stage writes Parquet through pyarrow; each stage names the other libraries that shape its output.
@@ -43,7 +47,7 @@ def load_params(*keys: str, path: str | Path = "params.yaml") -> dict:
         everything = yaml.safe_load(f) or {}
     if not keys:
         return everything
-    from tokenmill import trace
+    from tokenmill import trace  # the recorder, imported only while tracing (tests/dvc_deps.py leaves it undeclared)
 
     out: dict = {}
     for key in keys:
@@ -59,12 +63,6 @@ def load_params(*keys: str, path: str | Path = "params.yaml") -> dict:
         target[parts[-1]] = copy.deepcopy(node)
         trace.param(key)
     return out
-
-
-class ParamError(ValueError):
-    """A parameter that is unknown, of the wrong type or out of range (the schema its stage package states on tokenmill.section); the
-    message names the parameter (its full dotted key), what is allowed and the value given. A ValueError, so
-    callers that catch those still do."""
 
 
 def sha1_file(path: str | Path, block: int = 1 << 20) -> str:
@@ -195,7 +193,6 @@ def script(main) -> int:
                 or (isinstance(exc, ValueError) and raised_here)):
             raise
         if os.environ.get("TOKENMILL_DEBUG", "0") not in ("", "0"):
-            import traceback
 
             traceback.print_exc()
         stage = os.environ.get("DVC_STAGE") or Path(sys.argv[0]).stem
@@ -317,7 +314,7 @@ def sweep_stale(workspace: str | Path) -> list[Path]:
 def clean_leftovers(stage: str, out_dir: str | Path) -> list[Path]:
     """At a stage's start: every killed run's leftovers in its workspace (sweep_stale), or beside its output
     when it writes outside any workspace (tests, tools). One line on stderr names what went."""
-    from tokenmill import trace
+    from tokenmill import trace  # the recorder, imported only while tracing (tests/dvc_deps.py leaves it undeclared)
 
     with trace.unrecorded():  # names of leftovers only: no dependency of the stage (tests/dvc_deps.py)
         workspace = workspace_of(Path(out_dir).parent)
@@ -435,7 +432,6 @@ class StageRun(StageResult):
         super().__init__()  # what the work reports: run.record(result), or run.metrics[...] = ... directly
 
     def __enter__(self) -> "StageRun":
-        from tokenmill.execution.lifetime import end_with_launcher
 
         end_with_launcher(self.stage)  # under dvc: this stage ends when the dvc that started it does
         self.started = time.perf_counter()

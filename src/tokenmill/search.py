@@ -41,7 +41,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+import pyarrow.parquet as pq
 import yaml
+
+from tokenmill.config import compose
+from tokenmill.evaluate.compare import CompareError, _read_json, revision_fs
 
 RESULTS_DIR = Path("searches")  # committed with the preset it proposes (reports/ is the report stage's output)
 
@@ -70,8 +74,6 @@ class Swarm:
 
 def compose_params(repo: Path, overrides: Sequence[str]) -> dict:
     """params.yaml as `dvc exp run -S ...` would compose it (DVC's own Hydra composition), without writing it."""
-    from tokenmill.config import compose
-
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "params.yaml"
         compose(list(overrides), conf_dir=repo / "conf", output=out)
@@ -98,8 +100,6 @@ def plan(repo: Path, preset: str, phase: str | None, rung: str, runs: int, conce
          seed: int) -> Swarm:
     """The swarm's draws for `preset`: Dirichlet around its weights of `phase` (default: the phase with the
     largest fraction), every draw within the epoch caps."""
-    import pyarrow.parquet as pq
-
     params = compose_params(repo, [f"mixture={preset}"])
     mixture = params["mixture"]
     if rung not in (params.get("scouts") or {}):
@@ -166,6 +166,7 @@ def pipeline_inputs(repo: Path, rung: str) -> tuple[str, list[str]]:
     """What an experiment targeting scout@<rung> runs from, as DVC sees it: every stage it reaches upstream,
     with its command and the content hash of each file or folder it depends on (DVC's own hashing of the
     workspace: code, tracked data, upstream outputs; committed or not), and the params.yaml keys they declare."""
+    # DVC's repository classes: only when the pipeline's inputs are hashed
     from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
 
@@ -254,8 +255,6 @@ def run_experiments(repo: Path, members: Sequence[tuple[str, list[str]]], rung: 
 
 def scout_result(repo: Path, rev: str, rung: str, name: str) -> dict:
     """The rung's metrics at an experiment's revision (metrics/train/scout/<rung>.json, through DVC)."""
-    from tokenmill.evaluate.compare import CompareError, _read_json, revision_fs
-
     try:
         data = _read_json(revision_fs(str(repo), rev, name), f"metrics/train/scout/{rung}.json", rev, name)
     except CompareError as exc:
@@ -314,7 +313,7 @@ def propose(f: Fit, W: np.ndarray, caps: Mapping[str, float], keep: Mapping[str,
     """The weights minimising the fitted metric on the simplex, each within the swarm's sampled range and its cap
     (SLSQP from every swarm point; the objective, a sum of exponentials of linear functions, is convex).
     keep: buckets held at a given weight (those the metric cannot see: no held-out documents)."""
-    from scipy.optimize import minimize
+    from scipy.optimize import minimize  # 0.8 s to import: only when a proposal is fitted
 
     lo = W.min(axis=0)
     hi = np.minimum(W.max(axis=0), [caps[b] for b in f.buckets])

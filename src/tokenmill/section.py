@@ -19,9 +19,13 @@ from typing import Annotated, Any, ClassVar, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from tokenmill.runtime import ParamError
+__all__ = ["Count", "Fraction", "ParamError", "Positive", "Section", "check_section"]
 
-__all__ = ["Count", "Fraction", "Positive", "Section", "check_section"]
+
+class ParamError(ValueError):
+    """A parameter that is unknown, of the wrong type or out of range (the schema its stage package states on this
+    base); the message names the parameter (its full dotted key), what is allowed and the value given. A
+    ValueError, so callers that catch those still do."""
 
 
 class Section(BaseModel):

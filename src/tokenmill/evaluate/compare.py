@@ -31,14 +31,16 @@ Metrics (lower is better for bits per byte, higher for the rest):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
+import yaml
 
-from tokenmill.evaluate.signal import LOWER_IS_BETTER
+from tokenmill.evaluate.signal import LOWER_IS_BETTER, run_figures
 
 SAMPLES = "data/evaluate/samples"
 HELDOUT_PREFIX, BENCH_PREFIX = "tm_heldout_", "tm_bench_"
@@ -73,8 +75,6 @@ SEEDS = ("seed", "data_seed")  # train.<key>: what seed replicas of one recipe d
 
 def recipe_of(params: Mapping) -> str:
     """The digest of a run's parameters with train.seed and train.data_seed left out."""
-    import hashlib
-
     params = dict(params)
     params["train"] = {k: v for k, v in (params.get("train") or {}).items() if k not in SEEDS}
     return hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -86,7 +86,7 @@ def recipe_of(params: Mapping) -> str:
 
 def experiments(repo: str = ".") -> list[dict]:
     """[{name, rev}] of `dvc exp show`: the workspace, the baseline commit and every experiment on it."""
-    import dvc.api
+    import dvc.api  # DVC's API (0.5 s to import): only when experiments are read, not for a run's figures
 
     rows = dvc.api.exp_show(repo=repo)
     out = []
@@ -118,7 +118,7 @@ def revision_fs(repo: str, rev: str, name: str):
     """The files of `repo` at `rev` (git-tracked and DVC-tracked alike), read without a checkout. One per
     revision: each dvc.api.open builds DVC's index of the revision again (parsing dvc.yaml and dvc.lock), and
     an experiment's ~40 files took 17 s that way against ~1 s through one file system (RESULTS "Compare")."""
-    from dvc.api import DVCFileSystem
+    from dvc.api import DVCFileSystem  # as above
 
     try:
         return DVCFileSystem(repo, rev=None if rev == "workspace" else rev)
@@ -188,7 +188,6 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
     exp.mixture = _read_json(fs, "metrics/mixture.json", rev, name, missing_ok=True) or {}
     evaluated = _read_json(fs, "metrics/evaluate.json", rev, name, missing_ok=True) or {}
     exp.decision_metric = evaluated.get("decision_metric")
-    import yaml
 
     with _open(fs, "params.yaml", rev, name) as f:
         exp.recipe = recipe_of(yaml.safe_load(f) or {})
@@ -211,8 +210,6 @@ def _seed_noise(fs, rev: str, name: str) -> dict[str, float]:
     """{metric: the seed σ relative to the value} of the largest scout rung trained with several seeds (its
     summary and its replicas' under data/train/scout/<rung>, tokenmill.train.stage), per metric of
     tokenmill.evaluate.signal.run_figures: heldout_mean, benchmarks_mean.<m>, <benchmark>.<m>."""
-    from tokenmill.evaluate.signal import run_figures
-
     best, best_params = {}, -1
     try:
         rungs = fs.ls("data/train/scout", detail=False)

@@ -68,7 +68,7 @@ def build_evalset(benchmarks: Sequence[Mapping], tokenizer_dir: str | Path, dirt
     missing optional ones are listed under "not_scored" with the reason; an item whose continuation does not
     fit seq_len is listed under "dropped" (lm-eval stops on those)."""
     from tokenmill.evaluate.tasks import load_benchmark  # the benchmark readers: not on a training node
-    from tokenmill.tokenizer.core import Tokenizer
+    from tokenmill.tokenizer.core import Tokenizer  # SentencePiece: the evalset stage's, not a training node's
 
     tok = Tokenizer(tokenizer_dir)
     rows: dict[str, list] = {f.name: [] for f in REQUESTS}

@@ -24,9 +24,11 @@ import math
 import os
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import duckdb
 import pyarrow as pa
 
 from tokenmill.evaluate.evalset import METRICS, answer_bytes, item_scores
@@ -41,8 +43,6 @@ def heldout_documents(heldout_parquet: str | Path, documents_dir: str | Path) ->
     """doc_id, bucket, text of the mixture's held-out documents (heldout.parquet) joined with the documents
     of the stage the tokenizer read (documents/*.parquet). A held-out document without text there keeps a
     null text, so run_evaluation counts it as a drop (missing_text) instead of losing it."""
-    import duckdb
-
     heldout_parquet, documents_dir = Path(heldout_parquet), Path(documents_dir)
     if not heldout_parquet.exists():
         raise FileNotFoundError(f"evaluate: {heldout_parquet} not found")
@@ -227,6 +227,7 @@ def run_evaluation(model_dir: str | Path, benchmarks: list[dict], heldout: pa.Ta
 
 def _simple_evaluate(model_dir: Path, tasks_dir: Path, tasks: list[str], eos_id: int, batch_size: int,
                      device: str, dtype: str) -> tuple[dict, float, float]:
+    # lm-eval's model class brings transformers and torch (1.2 s and more): only in the evaluate stage's run
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
@@ -247,7 +248,7 @@ def _simple_evaluate(model_dir: Path, tasks_dir: Path, tasks: list[str], eos_id:
 
 
 def _token_counter(model_dir: Path):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # as lm-eval: only in the evaluate stage's run
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
@@ -263,8 +264,6 @@ def _model_summary(model_dir: Path) -> dict:
 
 
 def _version(package: str) -> str:
-    from importlib.metadata import version
-
     return version(package)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 def dirty_items(contamination: str | Path | pa.Table | Iterable[Mapping] | None) -> dict[str, set[str]]:
@@ -25,8 +26,6 @@ def dirty_items(contamination: str | Path | pa.Table | Iterable[Mapping] | None)
     if contamination is None:
         return {}
     if isinstance(contamination, (str, Path)):
-        import pyarrow.parquet as pq
-
         path = Path(contamination)
         if not path.exists():
             raise FileNotFoundError(f"evaluate: contamination table {path} not found")

@@ -40,8 +40,10 @@ from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
+import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tokenmill.evaluate.signal import combine_replicas
 from tokenmill.section import check_section
 from tokenmill.train.config import model_size, parse_model, parse_train, run_steps
 
@@ -143,8 +145,6 @@ def scout_points(scouts: Sequence[Mapping], cfg: ForecastConfig, metric: str = "
     is the mean over the scout's seed replicas (its `replicas`, summaries like its own) and sigma the
     uncertainty of that mean. A scout whose value is missing or not finite (a diverged run) is excluded with
     its reason instead of bending the fit."""
-    from tokenmill.evaluate.signal import combine_replicas
-
     points, excluded = [], []
     for i, s in enumerate(scouts):
         name = str(s.get("name") or f"scout {i}")
@@ -188,8 +188,6 @@ def target_of(model_cfg: Mapping, train_cfg: Mapping, vocab_size: int, plan_toke
 
 def plan_tokens(plan_dir: str | Path) -> int:
     """Tokens in the plan's stream: every planned document and the end-of-text after it."""
-    import pyarrow.parquet as pq
-
     path = Path(plan_dir) / "plan.parquet"
     if not path.exists():
         raise ForecastError(f"no plan at {path}: run the mixture stage first")
@@ -226,7 +224,7 @@ def read_summaries(runs: Mapping[str, str | Path]) -> list[dict]:
 
 
 def _fit_power_law(c: np.ndarray, y: np.ndarray, cfg: ForecastConfig) -> dict:
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # 0.8 s to import: only when a law is fitted, not when one is read
 
     x = np.log(c / _ref(c))
     slope, intercept = np.polyfit(x, np.log(y), 1)  # the unbounded answer, as the starting point
@@ -238,7 +236,7 @@ def _fit_power_law(c: np.ndarray, y: np.ndarray, cfg: ForecastConfig) -> dict:
 
 
 def _fit_floor(c: np.ndarray, y: np.ndarray, cfg: ForecastConfig) -> dict:
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # 0.8 s to import: only when a law is fitted, not when one is read
 
     x = np.log(c / _ref(c))
     b_lo, b_hi = cfg.exponent_bounds

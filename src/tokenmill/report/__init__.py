@@ -21,6 +21,9 @@ import json
 import shutil
 from pathlib import Path
 
+from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
+from tokenmill.forecast import ForecastError, compare
+from tokenmill.lineage import DB_NAME, audit_tables, connect
 from tokenmill.report import sections as S
 
 STYLE = """
@@ -44,9 +47,6 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     data/train/pretrain/summary.json, when it exists, gives the actual loss to compare with.
     evaluation: the evaluate stage's results.json. Either missing: its section says "not run".
     """
-    from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
-    from tokenmill.lineage import DB_NAME, audit_tables, connect
-
     project, out_dir = Path(project), Path(out_dir)
     db = Path(lineage_db) if lineage_db else project / "lineage" / DB_NAME
     forecast_path = Path(forecast) if forecast else None
@@ -94,8 +94,6 @@ def publish(out_dir: Path, title: str, built: list[S.Section], summary_name: str
 
 def forecast_section(plots: S.Plots, project: Path, forecast_path: Path | None) -> tuple[S.Section, dict | None]:
     """The scaling section: the forecast at forecast_path against the full run's actual loss, once it trained."""
-    from tokenmill.forecast import ForecastError, compare
-
     prediction = S.read_json(forecast_path)
     actual = S.read_json(project / "data" / "train" / "pretrain" / "summary.json")
     comparison, incomparable = None, None

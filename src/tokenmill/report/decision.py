@@ -21,8 +21,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tokenmill.report import forecast_section, publish, start
-from tokenmill.report import sections as S
+from tokenmill.report import forecast_section, publish, sections as S, start
+from tokenmill.search import Fit
 
 K_SIGMA = 2.0  # as tokenmill.evaluate.compare: the bars show the band a difference must leave
 
@@ -62,8 +62,6 @@ def ranking(plots: S.Plots, result: Mapping, data: Sequence[Mapping], index: int
 
 def search_section(plots: S.Plots, found: Mapping, index: int) -> S.Section:
     """One mixture search (searches/<name>.json): the fitted response per bucket and the proposal."""
-    from tokenmill.search import Fit
-
     s = S.Section(f"search-{index}", f"Mixture search: {found['name']}",
                   note=f"{found['runs']} scout-only experiments ({found['rung']}, one seed each) around "
                        f"{found['preset']}'s {found['phase']} weights on commit {found['commit'][:10]}; the law "

@@ -20,6 +20,10 @@ matplotlib.use("Agg")  # no display: the report is built by a DVC stage on a hea
 
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import matplotlib.ticker  # noqa: E402
+import numpy as np
+
+from tokenmill.forecast import law
+from tokenmill.lineage import canary_exposure
 
 KEPT, DROPPED, OTHER = "#4C72B0", "#DD8452", "#55A868"
 
@@ -325,8 +329,6 @@ def contamination(con, plots: Plots) -> Section:
 
 def canaries(con, plots: Plots) -> Section:
     """Exposure of the planted canaries against the visits each run trained (tokenmill.canaries)."""
-    from tokenmill.lineage import canary_exposure
-
     s = Section("canaries", "Memorisation of planted canaries")
     if "canaries" not in _tables(con):
         return _not_run(s, "no canaries in the lineage (tokenize.canaries.sets is 0, or the lineage predates them)")
@@ -473,9 +475,6 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
     s = Section("scaling", "Scaling forecast")
     if prediction is None:
         return _not_run(s, missing)
-    import numpy as np
-
-    from tokenmill.forecast import law
 
     pts = prediction["points"]
     target = prediction["target"]["compute"]

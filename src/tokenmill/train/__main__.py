@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop-after", type=int, default=None,
                     help="leave after this many steps with a checkpoint (a later call resumes)")
     args = ap.parse_args(argv)
-    from tokenmill.train.loop import TrainError, train
+    from tokenmill.train.loop import TrainError, train  # torch after the arguments: --help and a usage error answer at once
 
     try:
         with open(args.config) as f:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from tokenmill.evaluate.signal import run_figures
 from tokenmill.execution.lifetime import die_with_parent, end_with_launcher
 from tokenmill.runtime import (
     clean_leftovers,
@@ -181,8 +182,6 @@ def run_metrics(summary: Mapping, replicas: list[Mapping] = (), sweep: list[tupl
     the noise window (loop.py) and, with seed replicas, its spread over the seeds (*_seed_sigma). The
     (value, σ) of each figure are tokenmill.evaluate.signal.run_figures', the ladder's too. With a learning-rate
     sweep ((peak lr, summary) of each run, the rung's own first): each one's heldout_mean and the best_lr."""
-    from tokenmill.evaluate.signal import run_figures
-
     metrics = {k: summary.get(k) for k in ("steps", "tokens", "params", "final_train_loss_mean10",
                                             "heldout_loss", "skipped_steps", "rollbacks", "health_alarms") if k in summary}
     runs = [run_figures(s) for s in (summary, *replicas)]
