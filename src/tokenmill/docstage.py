@@ -44,7 +44,8 @@ class Outcome:
 
 class Processor(Protocol):
     """What a per-document stage gives the loop: a class built from the stage's params (its section as the stage
-    script resolved it, e.g. tokenmill.filters.params.Filter; once per worker process), deciding with the first of these methods it has:
+    script resolved it, e.g. tokenmill.filters.params.Filter; once per worker process), deciding with the first
+    of these methods it has:
     - texts(texts: list[str]) -> Iterable[Outcome], from the texts alone, never modifying them;
     - batch(docs: list[dict]) -> Iterable[Outcome], all of a shard's documents at once;
     - __call__(doc: dict) -> Outcome, one document at a time.
@@ -131,8 +132,8 @@ def map_document_shards(stage: str, input_dir: str | Path, processor: type[Proce
     result = StageResult()
     result.input_hashes[input_dir.name] = input_id(input_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
-    tasks = [ShardTask(stage, processor, dict(params) if isinstance(params, Mapping) else params, str(p), str(out_dir))
-             for p in shards]
+    params = dict(params) if isinstance(params, Mapping) else params  # a typed section travels as it is
+    tasks = [ShardTask(stage, processor, params, str(p), str(out_dir)) for p in shards]
     with make_executor(execution_cfg, result.timing) as ex:
         for counts in ex.map(process_shard, tasks, desc=stage):
             result.add_counts(counts["counts"])
