@@ -38,7 +38,8 @@ import pyarrow.parquet as pq
 from benchlib import peak_rss_mb
 from tokenmill import schema
 from tokenmill.dedup import cluster, minhash
-from tokenmill.dedup.stage import SketchTask, _binary_column, lsh_shape, resolve_params, sketch_shard
+from tokenmill.dedup.params import Dedup
+from tokenmill.dedup.stage import SketchTask, _binary_column, lsh_shape, sketch_shard
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOKS = ROOT / ".." / "shared" / "data" / "text" / "gutenberg" / "en"
@@ -162,22 +163,22 @@ def bench_curve(paras: list[str], n_pairs: int, work: Path) -> dict:
     vocab = sorted({w for p in paras[-200:] for w in p.split()})
     edits = [edit(p, 0.15 * rng.random() ** 1.5, vocab, rng) for p in base]
     jac = np.array([_jaccard(a, b) for a, b in zip(base, edits)])
-    p = resolve_params({})
-    bands, rows = lsh_shape(p["near"])
+    p = Dedup()
+    bands, rows = lsh_shape(p.near)
     shard = work / "curve.parquet"
     schema.write_parquet([doc_row(f"o{i}", t, i) for i, t in enumerate(base)] +
                          [doc_row(f"e{i}", t, i) for i, t in enumerate(edits)], schema.DOCUMENT, shard)
     sketch_shard(SketchTask(0, str(shard), str(work / "curve"), p, bands, rows))
     con = cluster.connect(work / "curve", "1GB", 2)
     cluster.register_inputs(con, work / "curve")
-    cluster.candidate_pairs(con, p["near"]["bucket_window"])
-    a, b, j = cluster.score_pairs(con, "SELECT a, b FROM pairs", p["near"]["num_perm"])
+    cluster.candidate_pairs(con, p.near.bucket_window)
+    a, b, j = cluster.score_pairs(con, "SELECT a, b FROM pairs", p.near.num_perm)
     con.close()
     n = len(base)
     designed = a + n == b
     cand, det = np.zeros(n, bool), np.zeros(n, bool)
     cand[a[designed]] = True
-    det[a[designed][j[designed] >= p["near"]["threshold"]]] = True
+    det[a[designed][j[designed] >= p.near.threshold]] = True
     theory = minhash.candidate_probability(jac, bands, rows)
     edges = [0.0, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0001]
     rows_out = []
@@ -188,10 +189,10 @@ def bench_curve(paras: list[str], n_pairs: int, work: Path) -> dict:
                              "candidate": round(float(cand[m].mean()), 3),
                              "theory": round(float(theory[m].mean()), 3),
                              "detected": round(float(det[m].mean()), 3)})
-    res = {"bands": bands, "rows": rows, "threshold": p["near"]["threshold"], "pairs": n, "curve": rows_out,
+    res = {"bands": bands, "rows": rows, "threshold": p.near.threshold, "pairs": n, "curve": rows_out,
            "recall_j_ge_085": round(float(det[jac >= 0.85].mean()), 4),
            "fpr_j_le_05": round(float(det[jac <= 0.5].mean()), 4),
-           "unrelated_pairs_detected": int(np.sum(~designed & (j >= p["near"]["threshold"])))}
+           "unrelated_pairs_detected": int(np.sum(~designed & (j >= p.near.threshold)))}
     log(f"curve: recall {res['recall_j_ge_085']} fpr {res['fpr_j_le_05']}")
     return res
 
@@ -204,9 +205,9 @@ def make_synthetic(work: Path, n_docs: int, shards: int, seed: int = 5) -> dict:
     signature with 0-10% of positions redrawn, so estimated Jaccard to the seed >= 0.9), one template cluster
     of 5000 documents (a bucket far larger than the window), and 1% exact copies."""
     rng = np.random.default_rng(seed)
-    p = resolve_params({})
-    bands, rows = lsh_shape(p["near"])
-    num_perm = p["near"]["num_perm"]
+    p = Dedup()
+    bands, rows = lsh_shape(p.near)
+    num_perm = p.near.num_perm
     n_clusters = n_docs // 250
     sizes = rng.integers(2, 7, n_clusters)
     sizes = np.append(sizes, 5000)
@@ -248,7 +249,7 @@ def make_synthetic(work: Path, n_docs: int, shards: int, seed: int = 5) -> dict:
 
 def cluster_child(work: Path, memory_limit: str, threads: int) -> None:
     """Runs in a subprocess so that its peak RSS is the clustering step's own."""
-    p = resolve_params({})
+    p = Dedup()
     t = {}
     t0 = time.perf_counter()
     con = cluster.connect(work, memory_limit, threads)
@@ -257,8 +258,8 @@ def cluster_child(work: Path, memory_limit: str, threads: int) -> None:
     t["exact_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     steps: dict = {}
-    stats = cluster.near_duplicates(con, p["near"]["num_perm"], p["near"]["threshold"], True,
-                                    p["near"]["bucket_window"], "SELECT doc FROM exact WHERE rank > 1", steps)
+    stats = cluster.near_duplicates(con, p.near.num_perm, p.near.threshold, True,
+                                    p.near.bucket_window, "SELECT doc FROM exact WHERE rank > 1", steps)
     t["near_total_s"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     cluster.write_verdicts(con, work / "verdicts.parquet", True, True)

@@ -306,10 +306,11 @@ def tm_child(name: str, work: Path) -> dict:
         r["index_seconds"], r["index_cpu_seconds"], r["index_stats"] = b["seconds"], b["cpu_seconds"], b["result"]
     elif name in ("tm-filter-core-equal", "tm-filter-core-shipped"):
         from tokenmill.filters import GROUPS, FilterProcessor
+        from tokenmill.filters.params import Filter
 
         kind = name.removeprefix("tm-filter-core-")
         docs = _read_docs("data/ingest/documents")
-        proc = FilterProcessor(cfg["filter_equal"] if kind == "equal" else params["filter"])
+        proc = FilterProcessor(Filter.resolve(cfg["filter_equal"] if kind == "equal" else params["filter"]))
         # Which rule groups each of the workload's buckets skips, and how far language ID reads.
         off = {b: [g for g in GROUPS if not proc.enabled(g, b)] for b in sorted({d["bucket"] for d in docs})}
         off = {b: g for b, g in off.items() if g}
@@ -340,9 +341,10 @@ def tm_child(name: str, work: Path) -> dict:
         r["result"] = {"nltk": metadata.version("nltk"), "regex_cpu_seconds": rx["cpu_seconds"]}
     elif name == "tm-pii-core":
         from tokenmill.pii import PIIProcessor
+        from tokenmill.pii.params import Pii
 
         docs = _read_docs("data/filter/documents")
-        proc = PIIProcessor(params["pii"])
+        proc = PIIProcessor(Pii.resolve(params["pii"]))
         r = _timed(lambda: [proc(d) for d in docs])
         r["result"] = {"docs": len(docs), "mb": _text_mb(d["text"] for d in docs),
                        "modified": sum(o.action == "modify" for o in r["result"])}

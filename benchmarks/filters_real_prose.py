@@ -18,6 +18,10 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenmill.filters.params import Filter
 
 ROOT = Path(__file__).resolve().parents[1]
 CLOSING_QUOTES = "”’»›"
@@ -85,9 +89,10 @@ def corpora(text_dir: Path) -> dict[str, list[str]]:
             "wikipedia": wikipedia_documents(text_dir)}
 
 
-def count_drops(docs: list[str], params: dict) -> dict:
+def count_drops(docs: list[str], params: Filter) -> dict:
     """{"any": Counter(rule -> documents failing it), "first": Counter(first failing rule -> documents),
-    "examples": {rule: the shortest failing line-level evidence}} with every text rule group on."""
+    "examples": {rule: the shortest failing line-level evidence}} with every text rule group on; params: the
+    filter section (tokenmill.filters.params.Filter)."""
     from tokenmill.filters import TEXT_GROUPS
     from tokenmill.filters.text import Text
 
@@ -95,7 +100,7 @@ def count_drops(docs: list[str], params: dict) -> dict:
     examples: dict[str, str] = {}
     for doc in docs:
         t = Text(doc)
-        failed = [m.name for name, rules in TEXT_GROUPS for m in rules(t, params[name]) if not m.ok]
+        failed = [m.name for name, rules in TEXT_GROUPS for m in rules(t, getattr(params, name)) if not m.ok]
         for rule in failed:
             any_[rule] += 1
             examples.setdefault(rule, doc[:300])
@@ -126,15 +131,15 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from benchlib import machine, write_section
 
-    from tokenmill.filters import resolve_params
+    from tokenmill.filters.params import Filter
 
     conf = yaml.safe_load((ROOT / "conf" / "filter" / "default.yaml").read_text())
     text_dir = ROOT / ".." / "shared" / "data" / "text"
     t0 = time.perf_counter()
     docs = corpora(text_dir)
     sizes = {n: len(d) for n, d in docs.items()}
-    shipped = {n: count_drops(d, resolve_params(conf)) for n, d in docs.items()}
-    ascii_conf = resolve_params({**conf, "fineweb": {**conf["fineweb"], "stop_chars": [".", "'", '"', "!", "?"],
+    shipped = {n: count_drops(d, Filter.resolve(conf)) for n, d in docs.items()}
+    ascii_conf = Filter.resolve({**conf, "fineweb": {**conf["fineweb"], "stop_chars": [".", "'", '"', "!", "?"],
                                                      "closing_brackets": []}})
     ascii_books = count_drops(docs["books"], ascii_conf)
     seconds = time.perf_counter() - t0

@@ -390,8 +390,9 @@ def measure(units: list[Unit], params: dict | None = None, detect=None) -> dict:
     detect(text) -> matches replaces the current detectors (to measure an earlier version)."""
     from tokenmill.pii import PIIProcessor
     from tokenmill.pii.detectors import TYPES, find_all
+    from tokenmill.pii.params import Pii
 
-    proc = PIIProcessor(params or {})
+    proc = PIIProcessor(Pii.resolve(params))
     tp, n_pred, n_gold = Counter(), Counter(), Counter()
     misses, false = [], []
     for u in units:

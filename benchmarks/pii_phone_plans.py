@@ -173,8 +173,9 @@ def redacted(units: list[Unit], mode: str) -> float:
     from tokenmill.pii.detectors import find_all
 
     from tokenmill.pii import PIIProcessor
+    from tokenmill.pii.params import Pii
 
-    proc = PIIProcessor({"phone_validation": mode})
+    proc = PIIProcessor(Pii.resolve({"phone_validation": mode}))
     hits = 0
     for u in units:
         a, b = SPANS[u.name]

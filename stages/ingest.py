@@ -3,13 +3,14 @@
 import sys
 from pathlib import Path
 
-from tokenmill.ingest import SourceError, ingest_sources, load_sources, resolve_params
+from tokenmill.ingest import SourceError, ingest_sources, load_sources
+from tokenmill.ingest.params import Ingest
 from tokenmill.runtime import StageRun, load_params, script
 
 
 def stage(p: dict, out_dir: str | Path = "data/ingest") -> dict:
-    sources, cfg = load_sources(p["sources"]), resolve_params(p["ingest"])  # both checked before any work
-    params = {"sources": {k: dict(v) for k, v in p["sources"].items()}, "ingest": cfg}
+    sources, cfg = load_sources(p["sources"]), Ingest.resolve(p["ingest"])  # both checked before any work
+    params = {"sources": {k: dict(v) for k, v in p["sources"].items()}, "ingest": cfg.model_dump()}
     with StageRun("ingest", out_dir, params, libraries=(  # what reads records and turns HTML into text
             "warcio", "fastwarc", "resiliparse", "trafilatura", "charset-normalizer", "zstandard")) as run:
         run.record(ingest_sources(sources, cfg, p["execution"], run.tmp))

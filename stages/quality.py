@@ -6,13 +6,14 @@ Usage (dvc.yaml): python stages/quality.py <input stage>
 import sys
 from pathlib import Path
 
-from tokenmill.quality import resolve_params, score_and_cut
+from tokenmill.quality import score_and_cut
+from tokenmill.quality.params import Quality
 from tokenmill.runtime import StageRun, load_params, script
 
 
 def stage(p: dict, input_stage: str, data_root: str | Path = "data") -> dict:
-    data_root, params = Path(data_root), resolve_params(p["quality"])  # a typo stops here, before any training
-    with StageRun("quality", data_root / "quality", params, input_stage=input_stage,
+    data_root, params = Path(data_root), Quality.resolve(p["quality"])  # a typo stops here, before any training
+    with StageRun("quality", data_root / "quality", params.model_dump(), input_stage=input_stage,
                   libraries=("fasttext-numpy2", "numpy")) as run:
         run.record(score_and_cut(data_root / input_stage, params, p["execution"], run.tmp))
     return run.manifest

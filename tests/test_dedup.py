@@ -22,7 +22,8 @@ import pytest
 from stages import dedup as dedup_stage
 from tokenmill import schema
 from tokenmill.dedup import cluster, minhash
-from tokenmill.dedup.stage import DEFAULTS, SketchTask, lsh_shape, resolve_params, sketch_shard
+from tokenmill.dedup.params import Dedup, Near
+from tokenmill.dedup.stage import SketchTask, lsh_shape, sketch_shard
 from tokenmill.dedup.text import exact_key, line_hashes, remove_lines
 from conftest import missing_shared_data  # skips, or fails under CI=true
 
@@ -88,8 +89,8 @@ def doc_row(doc_id: str, text: str, bucket: str = "books", i: int = 0) -> dict:
 
 def test_near_duplicate_recall_false_positives_and_detection_curve(tmp_path):
     base, edits, jac = edited_pairs()
-    p = resolve_params({})
-    bands, rows = lsh_shape(p["near"])
+    p = Dedup.resolve({})
+    bands, rows = lsh_shape(p.near)
     docs = [doc_row(f"o{i:04d}", t) for i, t in enumerate(base)] + \
            [doc_row(f"e{i:04d}", t) for i, t in enumerate(edits)]
     shard = tmp_path / "in.parquet"
@@ -99,21 +100,21 @@ def test_near_duplicate_recall_false_positives_and_detection_curve(tmp_path):
 
     con = cluster.connect(work, "1GB", 1)
     cluster.register_inputs(con, work)
-    cluster.candidate_pairs(con, p["near"]["bucket_window"])
-    a, b, j_est = cluster.score_pairs(con, "SELECT a, b FROM pairs", p["near"]["num_perm"])
+    cluster.candidate_pairs(con, p.near.bucket_window)
+    a, b, j_est = cluster.score_pairs(con, "SELECT a, b FROM pairs", p.near.num_perm)
     con.close()
     n = len(base)
     designed = (a + n == b)  # doc index = row: original i is row i, its edit row n + i
     candidate = np.zeros(n, dtype=bool)
     detected = np.zeros(n, dtype=bool)
     candidate[a[designed]] = True
-    detected[a[designed][j_est[designed] >= p["near"]["threshold"]]] = True
-    stray = int(np.sum(~designed & (j_est >= p["near"]["threshold"])))
+    detected[a[designed][j_est[designed] >= p.near.threshold]] = True
+    stray = int(np.sum(~designed & (j_est >= p.near.threshold)))
 
     theory = minhash.candidate_probability(jac, bands, rows)
     edges = [0.0, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0001]
     print(f"\nLSH b={bands} r={rows} (S-curve midpoint {(1 / bands) ** (1 / rows):.3f}), "
-          f"verification at estimated J >= {p['near']['threshold']}")
+          f"verification at estimated J >= {p.near.threshold}")
     print(f"{'true J':>12} {'pairs':>6} {'candidate':>10} {'theory':>8} {'detected':>9}")
     for lo, hi in itertools.pairwise(edges):
         m = (jac >= lo) & (jac < hi)
@@ -137,8 +138,8 @@ def test_lsh_shape_matches_datasketch_optimal_param():
 
     for args in [(0.8, 128, 0.5, 0.5), (0.8, 128, 0.1, 0.9), (0.7, 64, 0.3, 0.7)]:
         assert minhash.optimal_bands(*args) == _optimal_param(*args)
-    assert lsh_shape(DEFAULTS["near"]) == (14, 9)
-    assert lsh_shape({**DEFAULTS["near"], "bands": 16, "rows": 8}) == (16, 8)
+    assert lsh_shape(Near()) == (14, 9)
+    assert lsh_shape(Near(bands=16, rows=8)) == (16, 8)
 
 
 # --- signatures against datasketch ----------------------------------------------------------------------
@@ -323,8 +324,8 @@ def test_stage_decisions_conservation_and_reproducibility(tmp_path, monkeypatch)
 def test_large_buckets_are_chained_not_squared(tmp_path):
     """200 near copies of one paragraph share buckets; with a window of 3 they still form one cluster, from
     at most bands * 200 * 3 candidate pairs instead of 200 * 199 / 2."""
-    p = resolve_params({"near": {"bucket_window": 3}})
-    bands, rows = lsh_shape(p["near"])
+    p = Dedup.resolve({"near": {"bucket_window": 3}})
+    bands, rows = lsh_shape(p.near)
     para = paragraphs()[5].split()
     texts = []
     for i in range(200):
@@ -358,9 +359,9 @@ def test_text_keys():
 
 def test_unknown_params_are_rejected():
     with pytest.raises(ValueError):
-        resolve_params({"near": {"treshold": 0.7}})
+        Dedup.resolve({"near": {"treshold": 0.7}})
     with pytest.raises(ValueError):
-        resolve_params({"fuzzy": {}})
+        Dedup.resolve({"fuzzy": {}})
 
 
 def test_clustering_reports_its_phases(tmp_path, monkeypatch, capsys):

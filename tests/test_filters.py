@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from tokenmill import schema
-from tokenmill.filters import FilterProcessor, resolve_params
+from tokenmill.filters import FilterProcessor
+from tokenmill.filters.params import Blocklists, Filter
 from tokenmill.filters.langid import LanguageIdentifier
 from tokenmill.filters.text import Text
 
@@ -49,14 +50,14 @@ def conf() -> dict:
 
 @pytest.fixture(scope="module")
 def proc(conf) -> FilterProcessor:
-    return FilterProcessor(conf)
+    return FilterProcessor(Filter.resolve(conf))
 
 
 @pytest.fixture(scope="module")
 def rules_proc(conf) -> FilterProcessor:
     """The default rules without language ID: the rule tests garble text (tripled words, '#' prefixes),
     which would otherwise be dropped as `language` before the rule under test is reached."""
-    return FilterProcessor({**conf, "language": {"enabled": False}})
+    return FilterProcessor(Filter.resolve({**conf, "language": {"enabled": False}}))
 
 
 def doc(text: str, bucket: str = "web", licence: str = "sample-web", url: str | None = None,
@@ -142,18 +143,18 @@ def joined(paragraphs: list[str]) -> str:
 
 
 def test_conf_resolves_and_matches_published_defaults():
-    p = resolve_params(yaml.safe_load(CONF.read_text()))
-    assert p["gopher_quality"]["min_words"] == 50 and p["gopher_quality"]["max_words"] == 100_000
-    assert p["gopher_repetition"]["max_dup_10gram_char_frac"] == 0.10
-    assert p["fineweb"]["min_line_punct_ratio"] == 0.12 and p["fineweb"]["max_short_line_ratio"] == 0.67
-    assert p["language"]["allowed"] == ["en"] and p["language"]["min_score"] == 0.65
+    p = Filter.resolve(yaml.safe_load(CONF.read_text()))
+    assert p.gopher_quality.min_words == 50 and p.gopher_quality.max_words == 100_000
+    assert p.gopher_repetition.max_dup_10gram_char_frac == 0.10
+    assert p.fineweb.min_line_punct_ratio == 0.12 and p.fineweb.max_short_line_ratio == 0.67
+    assert p.language.allowed == ["en"] and p.language.min_score == 0.65
     # every licence a source declares is allowed: a new crawl needs no edit here (issue 11)
-    assert p["licences"]["enabled"] and p["licences"]["allow"] is None
-    assert p["buckets"]["code"]["language"] is False
+    assert p.licences.enabled and p.licences.allow is None
+    assert p.buckets["code"].language is False
     with pytest.raises(ValueError, match=r"^filter\.gopher_quality\.min_word: unknown parameter"):
-        resolve_params({"gopher_quality": {"min_word": 10}})
+        Filter.resolve({"gopher_quality": {"min_word": 10}})
     with pytest.raises(ValueError, match=r"^filter\.buckets\.code\.langauge: unknown parameter .*did you mean .language.\?$"):
-        resolve_params({"buckets": {"code": {"langauge": False}}})
+        Filter.resolve({"buckets": {"code": {"langauge": False}}})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ def test_language_recorded_for_kept_and_dropped(proc, text_dir, base_paragraphs)
     assert dropped.details["language"] == "fr" and dropped.scores["language_score"] >= 0.65
     assert "gopher_word_count" in dropped.scores  # the other rules are still measured on dropped documents
     # A low score drops even the allowed language.
-    strict = FilterProcessor({"language": {"min_score": 1.0}})
+    strict = FilterProcessor(Filter.resolve({"language": {"min_score": 1.0}}))
     assert strict(doc(joined(base_paragraphs[:1]) + " ok ok ok")).reason == "language"
 
 
@@ -454,13 +455,13 @@ def test_ngram_char_fractions_by_hand():
 def test_url_blocklists(conf, shared_data, base_paragraphs):
     lists = shared_data / "blocklists"
     words = lists / "datatrove"
-    proc = FilterProcessor({**conf, "blocklists": {
+    proc = FilterProcessor(Filter.resolve({**conf, "blocklists": {
         "domain_files": [str(lists / "ut1" / "gambling" / "domains.gz")],
         "url_files": [str(lists / "ut1" / "gambling" / "urls")],
         "banned_url_word_files": [str(words / "banned_words.txt")],
         "soft_banned_url_word_files": [str(words / "soft_banned_words.txt")],
         "banned_url_subword_files": [str(words / "banned_subwords.txt")],
-    }})
+    }}))
     text = joined(base_paragraphs)
 
     def check(url):
@@ -482,7 +483,7 @@ def test_url_blocklists(conf, shared_data, base_paragraphs):
     assert check("https://example.com/sexy-shoes") == ("passed", None)
     assert check("https://example.com/watchxvideosnow") == ("url_banned_word", "subword:xvideos")
     # The default conf's inline word list applies without any file.
-    default = FilterProcessor(conf)
+    default = FilterProcessor(Filter.resolve(conf))
     assert default(doc(text, url="https://porn.example.com/")).reason == "url_banned_word"
     assert default(doc(text, url="https://www.example.com/poems/little-gidding")).reason == "passed"
 
@@ -689,8 +690,8 @@ THRESHOLDS = {
 def test_every_numeric_threshold_has_a_boundary_case(conf):
     from tokenmill.filters import TEXT_GROUPS
 
-    p = resolve_params(conf)
-    numeric = {(g, k) for g, _ in TEXT_GROUPS for k, v in p[g].items()
+    p = Filter.resolve(conf)
+    numeric = {(g, k) for g, _ in TEXT_GROUPS for k, v in getattr(p, g).model_dump().items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     covered = {(g, k) for g, _, k, _, _ in THRESHOLDS.values() if k}
     covered |= {("c4", "min_words_per_line"), ("c4", "max_word_length"), ("fineweb", "short_line_length")}
@@ -699,10 +700,10 @@ def test_every_numeric_threshold_has_a_boundary_case(conf):
     assert {name for _, name, _, _, _ in THRESHOLDS.values()} == rules
 
 
-def rules_measures(p: dict, text: str) -> dict:
+def rules_measures(p: Filter, text: str) -> dict:
     from tokenmill.filters import TEXT_GROUPS
 
-    return {m.name: m for g, fn in TEXT_GROUPS for m in fn(Text(text), p[g])}
+    return {m.name: m for g, fn in TEXT_GROUPS for m in fn(Text(text), getattr(p, g))}
 
 
 @pytest.mark.parametrize("case", sorted(THRESHOLDS))
@@ -710,16 +711,16 @@ def test_rule_at_just_below_and_just_above_its_threshold(conf, case):
     from tokenmill.filters import TEXT_GROUPS
 
     group, name, key, expected, make = THRESHOLDS[case]
-    p = resolve_params(conf)
+    p = Filter.resolve(conf)
     fn = dict(TEXT_GROUPS)[group]
     kept = []
     for d in (-1, 0, 1):
         if expected[d + 1] is None:
             kept.append(None)
             continue
-        m = next(m for m in fn(Text(make(d)), p[group]) if m.name == name)
+        m = next(m for m in fn(Text(make(d)), getattr(p, group)) if m.name == name)
         if key is not None:  # the measured value sits exactly at the threshold, and one step either side
-            threshold = p[group][key]
+            threshold = getattr(getattr(p, group), key)
             assert (m.value > threshold) - (m.value < threshold) == d, (case, d, m.value, threshold)
         kept.append(m.ok)
     assert tuple(kept) == expected, (case, kept)
@@ -731,7 +732,7 @@ def test_language_score_at_just_below_and_just_above_its_minimum(conf):
     from types import SimpleNamespace
 
     off = {g: {"enabled": False} for g in ("gopher_repetition", "gopher_quality", "c4", "fineweb")}
-    p = FilterProcessor({**conf, **off})
+    p = FilterProcessor(Filter.resolve({**conf, **off}))
     for score, action in ((0.649999, "drop"), (0.65, "keep"), (0.650001, "keep")):
         p.lid = SimpleNamespace(predict=lambda text, s=score: ("en", s))
         out = p(doc("Any text at all."))
@@ -742,8 +743,9 @@ def test_soft_banned_url_words_at_just_below_and_just_above_the_threshold(conf):
     """soft_banned_url_word_threshold 2: two distinct soft words in a URL drop it, one does not."""
     from tokenmill.filters.urls import UrlFilter
 
-    cfg = {**resolve_params(conf)["blocklists"], "soft_banned_url_words": ["dating", "singles", "hookup"]}
-    assert cfg["soft_banned_url_word_threshold"] == 2
+    cfg = Blocklists.model_validate({**Filter.resolve(conf).blocklists.model_dump(),
+                                     "soft_banned_url_words": ["dating", "singles", "hookup"]})
+    assert cfg.soft_banned_url_word_threshold == 2
     f = UrlFilter(cfg)
     assert f.check("https://example.com/dating/tips") is None
     assert f.check("https://example.com/dating/singles") == ("url_banned_word", "soft:dating,singles")

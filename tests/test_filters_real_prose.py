@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tokenmill.filters import c4, resolve_params
+from tokenmill.filters import c4
+from tokenmill.filters.params import Filter
 from tokenmill.filters.fineweb import ends_punctuated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def corpora(shared_data):
 
 @pytest.fixture(scope="module")
 def drops(corpora):
-    return {name: frp.count_drops(docs, resolve_params(CONF)) for name, docs in corpora.items()}
+    return {name: frp.count_drops(docs, Filter.resolve(CONF)) for name, docs in corpora.items()}
 
 
 def test_corpora_are_real_prose_of_useful_size(corpora):
@@ -108,7 +109,7 @@ def test_ascii_only_punctuation_drops_book_prose(corpora, drops):
     """datatrove's ASCII stop characters (. ' " ! ?) on the same books: what the typographic forms prevent.
     A FineWeb rule that ignores ” and ’ drops ~5% of book documents (measured 88 of 1,646); the shipped one
     drops only front matter."""
-    ascii_conf = resolve_params({**CONF, "fineweb": {**CONF["fineweb"], "stop_chars": [".", "'", '"', "!", "?"],
+    ascii_conf = Filter.resolve({**CONF, "fineweb": {**CONF["fineweb"], "stop_chars": [".", "'", '"', "!", "?"],
                                                      "closing_brackets": []}})
     books = corpora["books"]
     ascii_drops = frp.count_drops(books, ascii_conf)["any"].get("fineweb_line_punct_ratio", 0)

@@ -51,6 +51,7 @@ from stages import pii as pii_stage
 from tokenmill import schema
 from tokenmill.pii import DEFAULT_TOKENS, PIIProcessor, redact
 from tokenmill.pii.detectors import TYPES, find_all, iban_valid, luhn_valid
+from tokenmill.pii.params import Pii
 from tokenmill.sample import plant
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,7 +262,7 @@ def test_phone_validation_modes_on_numbers_built_to_the_numbering_plans(shared_d
     most of the invalid ones (RESULTS, PII: 300 per form)."""
     res = pii_phone_plans.run(per_form=100, seed=1)
     valid, possible = res["valid"], res["possible"]
-    assert PIIProcessor({}).phone_validation == "valid"  # the default the measurement chose
+    assert PIIProcessor(Pii()).phone_validation == "valid"  # the default the measurement chose
     # One miss of precision per few hundred: an invalid "+1 (783) 086-8354" has its tail "086-8354" read as
     # a national number (seeds 0 and 2 of 100 per form: 0.996).
     assert valid["all"]["gold"] == 400 and valid["all"]["precision"] >= 0.99
@@ -281,7 +282,7 @@ def test_the_processor_redacts_the_labelled_values(devset):
     """Through PIIProcessor (the stage's processor), not the detectors: labelled values are gone from its
     output text, and its per-type counts match the labels."""
     synth, _, _ = devset
-    proc = PIIProcessor({})
+    proc = PIIProcessor(Pii())
     left, labelled, counted = Counter(), Counter(), Counter()
     for u in synth:
         out = proc({"doc_id": u.name, "text": u.text})
@@ -307,7 +308,7 @@ def _with_luhn_digit(partial: str) -> str:
 
 
 def _kinds(text: str, **params) -> list[tuple[str, str]]:
-    proc = PIIProcessor(params)
+    proc = PIIProcessor(Pii.resolve(params))
     found = find_all(text, proc.types, proc.keep_private_ip, proc.phone_regions, proc.phone_validation)
     return [(m.type, text[m.start:m.end]) for m in found]
 
@@ -395,9 +396,9 @@ def test_phone_formats_the_issue_found_missed_and_the_regions_parameter():
                  "build 4920.82.0", "host 192.168.10.12", "scores 4 0 1 0 0 0 1", "14 03 2019"):
         assert [k for k, _ in _kinds(text)] in ([], ["ssn"], ["ip_address"]), text
     with pytest.raises(ValueError, match="phone_regions"):
-        PIIProcessor({"phone_regions": ["XX"]})
+        Pii.resolve({"phone_regions": ["XX"]})
     with pytest.raises(ValueError, match="phone_validation"):
-        PIIProcessor({"phone_validation": "loose"})
+        Pii.resolve({"phone_validation": "loose"})
 
 
 def test_cards_by_issuer_range_and_length():
@@ -474,17 +475,17 @@ def test_entities_planted_in_the_sample_corpus_are_found_exactly():
 def test_outcome_counts_and_tokens():
     text = ("Mail ann@example.org or bob@example.org, call (212) 555-1234, card 4111 1111 1111 1111, "
             "IBAN GB82WEST12345698765432, SSN 078-05-1120, from 93.184.216.34.")
-    out = PIIProcessor({})({"doc_id": "d", "text": text})
+    out = PIIProcessor(Pii())({"doc_id": "d", "text": text})
     assert (out.action, out.reason) == ("modify", "redacted")
     assert out.scores == {"pii_email": 2.0, "pii_phone": 1.0, "pii_ip_address": 1.0, "pii_credit_card": 1.0,
                           "pii_iban": 1.0, "pii_ssn": 1.0}
     assert out.text == ("Mail <EMAIL> or <EMAIL>, call <PHONE>, card <CREDIT_CARD>, IBAN <IBAN>, SSN <SSN>, "
                         "from <IP_ADDRESS>.")
-    clean = PIIProcessor({})({"doc_id": "c", "text": "Nothing here but 2019-03-14 and version 3.11.4."})
+    clean = PIIProcessor(Pii())({"doc_id": "c", "text": "Nothing here but 2019-03-14 and version 3.11.4."})
     assert (clean.action, clean.reason, clean.text) == ("keep", "no_pii", None)
     assert clean.scores == {f"pii_{t}": 0.0 for t in DEFAULT_TOKENS}
 
-    custom = PIIProcessor({"tokens": {"email": "[email]", "ssn": ""}, "enabled": {"phone": False}})
+    custom = PIIProcessor(Pii(tokens={"email": "[email]", "ssn": ""}, enabled={"phone": False}))
     out = custom({"doc_id": "d", "text": text})
     assert "pii_phone" not in out.scores and out.scores["pii_email"] == 2.0
     assert out.text.startswith("Mail [email] or [email], call (212) 555-1234, card <CREDIT_CARD>")
@@ -499,7 +500,7 @@ def test_outcome_counts_and_tokens():
 def test_unknown_parameters_are_errors():
     for bad in ({"enabeld": {}}, {"enabled": {"phones": False}}, {"tokens": {"mail": "x"}}):
         with pytest.raises(ValueError):
-            PIIProcessor(bad)
+            Pii.resolve(bad)
 
 
 def test_conf_defaults_are_the_processor_defaults():
@@ -508,7 +509,7 @@ def test_conf_defaults_are_the_processor_defaults():
     conf = Path(__file__).resolve().parents[1] / "conf" / "pii" / "default.yaml"
     assert conf.read_text().startswith("# @package pii")
     params = yaml.safe_load(conf.read_text())
-    proc = PIIProcessor(params)
+    proc = PIIProcessor(Pii.resolve(params))
     assert proc.tokens == DEFAULT_TOKENS and proc.types == tuple(DEFAULT_TOKENS) and not proc.keep_private_ip
 
 

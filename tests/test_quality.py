@@ -19,7 +19,8 @@ import pytest
 
 from stages import quality as quality_stage
 from tokenmill import quality, schema
-from tokenmill.quality import auc, hq_probability, prepare, resolve_params
+from tokenmill.quality import auc, hq_probability, prepare
+from tokenmill.quality.params import FastTextModel, Quality
 from tokenmill.sample.build import build_reference
 
 
@@ -203,7 +204,7 @@ def test_training_is_deterministic(ranked, tmp_path):
     from tokenmill.quality import train
     pos = [prepare(r["text"], 10000) for r in rows if r["source"] == "wiki"][:200]
     neg = [prepare(r["text"], 10000) for r in rows if r["source"] == "crawl"][:200]
-    cfg = {"dim": 16, "epoch": 3, "lr": 0.1, "word_ngrams": 2, "min_count": 1, "seed": 3, "hash_buckets": 10000}
+    cfg = FastTextModel(dim=16, epoch=3, lr=0.1, word_ngrams=2, min_count=1, seed=3, hash_buckets=10000)
     train(pos, neg, cfg, tmp_path / "a.bin")
     train(pos, neg, cfg, tmp_path / "b.bin")
     assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
@@ -263,7 +264,7 @@ def test_a_prose_crawl_with_no_reference_named_is_kept_with_the_reason_and_one_w
     warning line says how to name a reference. (A reference the user named that cannot rank the crawl is
     refused: test_degenerate_scores_are_refused.)"""
     crawl = _book_prose(text, 20)
-    params = resolve_params(None)  # the shipped defaults: positives.sources [sample_reference] is not in a crawl
+    params = Quality.defaults()  # the shipped defaults: positives.sources [sample_reference] is not in a crawl
     params["positives"]["reference"] = project_reference
     manifest, _ = _stage(tmp_path / "fallback", [], crawl, params)
     metrics = json.loads((tmp_path / "fallback" / "metrics" / "quality.json").read_text())

@@ -250,18 +250,18 @@ def test_a_worker_that_dies_fails_the_stage_instead_of_hanging(tmp_path):
     ({"c4": 0.5}, "filter.c4: expected a mapping, got 0.5"),
 ])
 def test_bad_filter_parameter_is_named(params, message):
-    from tokenmill.filters import resolve_params
+    from tokenmill.filters.params import Filter
 
     with pytest.raises(ParamError) as exc:
-        resolve_params(params)
+        Filter.resolve(params)
     assert str(exc.value) == message
 
 
 def test_bad_dedup_parameter_is_named_where_the_default_is_none():
-    from tokenmill.dedup import resolve_params
+    from tokenmill.dedup.params import Dedup
 
     with pytest.raises(ParamError, match=r"^dedup.near.bands: expected an integer, got 'x'$"):
-        resolve_params({"near": {"bands": "x", "rows": 4}})
+        Dedup.resolve({"near": {"bands": "x", "rows": 4}})
 
 
 def _within(given, resolved, where: str = "") -> list[str]:
@@ -294,10 +294,10 @@ def test_the_shipped_configurations_validate(tmp_path):
     import yaml
 
     from tokenmill.config import compose
-    from tokenmill.decontam.stage import resolve_params as decontaminate
-    from tokenmill.dedup import resolve_params as dedup
-    from tokenmill.filters import resolve_params as filters
-    from tokenmill.tokenizer import resolve_params as tokenizer
+    from tokenmill.decontam.params import Decontaminate
+    from tokenmill.dedup.params import Dedup
+    from tokenmill.filters.params import Filter
+    from tokenmill.tokenizer.params import Tokenizer
 
     conf = PROJECT / "conf"
     # every option of every group the root config selects from (model is chosen inside scale presets)
@@ -310,10 +310,8 @@ def test_the_shipped_configurations_validate(tmp_path):
         out = tmp_path / "params.yaml"
         compose([f"{group}={path.stem}"] if group else [], conf_dir=conf, output=out)
         p = yaml.safe_load(out.read_text())
-        resolved = [(filters(p["filter"]), p["filter"]), (dedup(p["dedup"]), p["dedup"]),
-                    (decontaminate(p["decontaminate"]), p["decontaminate"])]
-        sub = {k: v for k, v in p["tokenizer"].items() if k != "sample_weights"}  # weights: the stage's own
-        resolved.append((tokenizer(sub), sub))
+        resolved = [(model.resolve(p[model.section]).model_dump(), p[model.section])
+                    for model in (Filter, Dedup, Decontaminate, Tokenizer)]
         for got, given in resolved:
             assert isinstance(got, dict) and not _within(given, got), (group, path, _within(given, got))
         if group is None:

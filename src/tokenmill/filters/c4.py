@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 
+from tokenmill.filters.params import C4
 from tokenmill.filters.text import Measure, Text, measure, ratio
 
 
@@ -48,9 +49,9 @@ def is_terminal(line: str) -> bool:
     return _TERMINAL.search(line) is not None and _ELLIPSIS_END.search(line) is None
 
 
-def rules(t: Text, cfg: dict) -> list[Measure]:
-    policy = tuple(cfg["policy_substrings"])
-    min_words, max_word = cfg["min_words_per_line"], cfg["max_word_length"]
+def rules(t: Text, cfg: C4) -> list[Measure]:
+    policy = tuple(cfg.policy_substrings)
+    min_words, max_word = cfg.min_words_per_line, cfg.max_word_length
     lines = t.nonempty_lines
     chars = terminal_chars = javascript = policy_lines = curly = sentences = 0
     for line in lines:
@@ -72,10 +73,10 @@ def rules(t: Text, cfg: dict) -> list[Measure]:
         if not is_policy:
             sentences += max(1, len(_SENTENCE_END.findall(line)))
     return [
-        measure("c4_terminal_punct_char_frac", ratio(terminal_chars, chars), lo=cfg["min_terminal_punct_char_frac"]),
-        measure("c4_lorem_ipsum", t.text.lower().count("lorem ipsum"), hi=cfg["max_lorem_ipsum"]),
-        measure("c4_curly_brace_lines", curly, hi=cfg["max_curly_brace_lines"]),
-        measure("c4_javascript_line_frac", ratio(javascript, len(lines)), hi=cfg["max_javascript_line_frac"]),
-        measure("c4_policy_line_frac", ratio(policy_lines, len(lines)), hi=cfg["max_policy_line_frac"]),
-        measure("c4_sentences", sentences, lo=cfg["min_sentences"]),
+        measure("c4_terminal_punct_char_frac", ratio(terminal_chars, chars), lo=cfg.min_terminal_punct_char_frac),
+        measure("c4_lorem_ipsum", t.text.lower().count("lorem ipsum"), hi=cfg.max_lorem_ipsum),
+        measure("c4_curly_brace_lines", curly, hi=cfg.max_curly_brace_lines),
+        measure("c4_javascript_line_frac", ratio(javascript, len(lines)), hi=cfg.max_javascript_line_frac),
+        measure("c4_policy_line_frac", ratio(policy_lines, len(lines)), hi=cfg.max_policy_line_frac),
+        measure("c4_sentences", sentences, lo=cfg.min_sentences),
     ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from tokenmill.filters.params import FineWeb
 from tokenmill.filters.text import Measure, Text, find_duplicates, measure, ratio
 
 # A footnote marker after the end mark ("... infinite.(170)", "... in 1870.[3]") and Gutenberg's italic
@@ -33,20 +34,20 @@ def ends_punctuated(line: str, stop: tuple[str, ...], closing: str) -> bool:
 
 
 
-def rules(t: Text, cfg: dict) -> list[Measure]:
+def rules(t: Text, cfg: FineWeb) -> list[Measure]:
     lines = [line for line in t.lines if line.strip()]
-    stop = tuple(cfg["stop_chars"])
-    closing = "".join(cfg["closing_brackets"]) + "_"
-    short = cfg["short_line_length"]
+    stop = tuple(cfg.stop_chars)
+    closing = "".join(cfg.closing_brackets) + "_"
+    short = cfg.short_line_length
     text = t.text
     return [
         measure("fineweb_line_punct_ratio",
                 ratio(sum(ends_punctuated(line, stop, closing) for line in lines), len(lines)),
-                lo=cfg["min_line_punct_ratio"]),
+                lo=cfg.min_line_punct_ratio),
         measure("fineweb_short_line_ratio", ratio(sum(len(line) <= short for line in lines), len(lines)),
-                hi=cfg["max_short_line_ratio"]),
+                hi=cfg.max_short_line_ratio),
         measure("fineweb_char_dup_ratio", ratio(find_duplicates(lines)[1], len(text) - text.count("\n")),
-                hi=cfg["max_char_dup_ratio"]),
+                hi=cfg.max_char_dup_ratio),
         measure("fineweb_newline_word_ratio", ratio(text.count("\n"), len(t.words)),
-                hi=cfg["max_newline_word_ratio"]),
+                hi=cfg.max_newline_word_ratio),
     ]

@@ -18,6 +18,7 @@ import itertools
 
 import numpy as np
 
+from tokenmill.filters.params import GopherQuality, GopherRepetition
 from tokenmill.filters.text import Measure, Text, find_duplicates, measure, ratio
 
 
@@ -25,28 +26,28 @@ TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
 
 
-def quality(t: Text, cfg: dict) -> list[Measure]:
+def quality(t: Text, cfg: GopherQuality) -> list[Measure]:
     words = t.words
     n = len(words)
     lines = t.nonempty_lines
-    stop = set(cfg["stop_words"])
-    bullets = tuple(cfg["bullets"])
+    stop = set(cfg.stop_words)
+    bullets = tuple(cfg.bullets)
     text = t.text
     return [
-        measure("gopher_word_count", n, cfg["min_words"], cfg["max_words"]),
+        measure("gopher_word_count", n, cfg.min_words, cfg.max_words),
         measure("gopher_mean_word_length", ratio(t.word_chars, n),
-                cfg["min_mean_word_length"], cfg["max_mean_word_length"]),
-        measure("gopher_hash_word_ratio", ratio(text.count("#"), n), hi=cfg["max_hash_word_ratio"]),
+                cfg.min_mean_word_length, cfg.max_mean_word_length),
+        measure("gopher_hash_word_ratio", ratio(text.count("#"), n), hi=cfg.max_hash_word_ratio),
         measure("gopher_ellipsis_word_ratio", ratio(text.count("...") + text.count("…"), n),
-                hi=cfg["max_ellipsis_word_ratio"]),
+                hi=cfg.max_ellipsis_word_ratio),
         measure("gopher_bullet_line_frac", ratio(sum(s.startswith(bullets) for s in lines), len(lines)),
-                hi=cfg["max_bullet_line_frac"]),
+                hi=cfg.max_bullet_line_frac),
         measure("gopher_ellipsis_line_frac",
-                ratio(sum(s.endswith(("...", "…")) for s in lines), len(lines)), hi=cfg["max_ellipsis_line_frac"]),
+                ratio(sum(s.endswith(("...", "…")) for s in lines), len(lines)), hi=cfg.max_ellipsis_line_frac),
         # Our words are never pure punctuation, so this is mostly the share of words that are not numbers.
         measure("gopher_alpha_word_frac", ratio(sum(map(_has_alpha, words)), n),
-                lo=cfg["min_alpha_word_frac"]),
-        measure("gopher_stop_words", sum(w.lower() in stop for w in words), lo=cfg["min_stop_words"]),
+                lo=cfg.min_alpha_word_frac),
+        measure("gopher_stop_words", sum(w.lower() in stop for w in words), lo=cfg.min_stop_words),
     ]
 
 
@@ -54,23 +55,23 @@ def _has_alpha(word: str) -> bool:
     return word.isalpha() or any(c.isalpha() for c in word)
 
 
-def repetition(t: Text, cfg: dict) -> list[Measure]:
+def repetition(t: Text, cfg: GopherRepetition) -> list[Measure]:
     out = []
     paras = t.paragraphs
     n_dup, dup_chars = find_duplicates(paras)
-    out.append(measure("gopher_dup_para_frac", ratio(n_dup, len(paras)), hi=cfg["max_dup_para_frac"]))
+    out.append(measure("gopher_dup_para_frac", ratio(n_dup, len(paras)), hi=cfg.max_dup_para_frac))
     out.append(measure("gopher_dup_para_char_frac", ratio(dup_chars, sum(map(len, paras))),
-                       hi=cfg["max_dup_para_char_frac"]))
+                       hi=cfg.max_dup_para_char_frac))
     lines = t.nonempty_lines
     n_dup, dup_chars = find_duplicates(lines)
-    out.append(measure("gopher_dup_line_frac", ratio(n_dup, len(lines)), hi=cfg["max_dup_line_frac"]))
+    out.append(measure("gopher_dup_line_frac", ratio(n_dup, len(lines)), hi=cfg.max_dup_line_frac))
     out.append(measure("gopher_dup_line_char_frac", ratio(dup_chars, sum(map(len, lines))),
-                       hi=cfg["max_dup_line_char_frac"]))
+                       hi=cfg.max_dup_line_char_frac))
     top, dup = ngram_char_fractions(t.words, len(t.text))
     for k in TOP_NGRAMS:
-        out.append(measure(f"gopher_top_{k}gram_char_frac", top[k], hi=cfg[f"max_top_{k}gram_char_frac"]))
+        out.append(measure(f"gopher_top_{k}gram_char_frac", top[k], hi=getattr(cfg, f"max_top_{k}gram_char_frac")))
     for k in DUP_NGRAMS:
-        out.append(measure(f"gopher_dup_{k}gram_char_frac", dup[k], hi=cfg[f"max_dup_{k}gram_char_frac"]))
+        out.append(measure(f"gopher_dup_{k}gram_char_frac", dup[k], hi=getattr(cfg, f"max_dup_{k}gram_char_frac")))
     return out
 
 

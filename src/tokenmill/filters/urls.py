@@ -21,6 +21,8 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tokenmill.filters.params import Blocklists
+
 
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
@@ -60,18 +62,18 @@ def _host_suffixes(host: str) -> list[str]:
 
 
 class UrlFilter:
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: Blocklists):
         self.domains: set[str] = set()
-        for f in cfg["domain_files"]:
+        for f in cfg.domain_files:
             self.domains.update(d.lower().lstrip("*.").rstrip(".") for d in read_list(f))
         self.urls: set[str] = set()
-        for f in cfg["url_files"]:
+        for f in cfg.url_files:
             self.urls.update(_strip_url(u) for u in read_list(f))
         self.url_hosts = {u.split("/", 1)[0] for u in self.urls}
-        self.banned = _words(cfg["banned_url_words"], cfg["banned_url_word_files"])
-        self.soft = _words(cfg["soft_banned_url_words"], cfg["soft_banned_url_word_files"])
-        self.soft_threshold = cfg["soft_banned_url_word_threshold"]
-        subwords = _words(cfg["banned_url_subwords"], cfg["banned_url_subword_files"])
+        self.banned = _words(cfg.banned_url_words, cfg.banned_url_word_files)
+        self.soft = _words(cfg.soft_banned_url_words, cfg.soft_banned_url_word_files)
+        self.soft_threshold = cfg.soft_banned_url_word_threshold
+        subwords = _words(cfg.banned_url_subwords, cfg.banned_url_subword_files)
         self.subwords = re.compile("|".join(map(re.escape, sorted(subwords)))) if subwords else None
 
     def check(self, url: str) -> tuple[str, str] | None:

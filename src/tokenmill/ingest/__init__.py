@@ -23,7 +23,7 @@ from tokenmill.execution import make_executor
 from tokenmill.ingest.readers import (ReadError, Record, read_archive, read_jsonl, read_parquet_rows,
                                       read_text_file)
 from tokenmill.ingest.text import Drop, normalise, payload_to_text
-from tokenmill.ingest.params import FORMATS, Ingest, Source as SourceSchema
+from tokenmill.ingest.params import Ingest, Source as SourceSchema
 from tokenmill.section import check_section
 from tokenmill.runtime import StageResult, sha1_file
 
@@ -198,17 +198,11 @@ def _nothing_read(results: list[dict]) -> str:
     return f"0 documents from {len(results)} source files, so every later stage would be empty: " + "; ".join(parts)
 
 
-def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.ingest.params.Ingest): unknown keys and wrong types are
-    a ParamError naming the full dotted key."""
-    return Ingest.resolve(params).model_dump()
-
-
-def ingest_sources(sources: list[Source], ingest_cfg: Mapping, execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
+def ingest_sources(sources: list[Source], params: Ingest, execution_cfg: Mapping | None,
+                   out_dir: str | Path) -> StageResult:
     """Every file of every source (load_sources) into out_dir: document shards and one decision per record;
-    each file's digest is an input of the run."""
-    ingest_cfg = resolve_params(ingest_cfg)
-    extractor = ingest_cfg["extractor"]
+    each file's digest is an input of the run. params: the ingest section, resolved by the stage script."""
+    extractor = params.extractor
     tasks_by_source = [(s, s.files()) for s in sources]  # resolve every glob before any work starts
     tasks = []
     for src, files in tasks_by_source:
@@ -217,7 +211,7 @@ def ingest_sources(sources: list[Source], ingest_cfg: Mapping, execution_cfg: Ma
         for i, (path, rel) in enumerate(files):
             tasks.append(IngestTask(source=src.model_dump(), path=str(path), file=rel,
                                     shard=f"{src.name}-{i:05d}", out_dir=str(out_dir), extractor=extractor,
-                                    max_payload_bytes=ingest_cfg["max_payload_bytes"],
+                                    max_payload_bytes=params.max_payload_bytes,
                                     fields=fields))
     result = StageResult()
     with make_executor(execution_cfg, result.timing) as ex:

@@ -48,21 +48,21 @@ def redact(text: str, types: tuple[str, ...] = TYPES, tokens: Mapping[str, str] 
 
 
 class PIIProcessor:
-    """params (conf/pii/default.yaml): enabled {type: bool}, tokens {type: str}, keep_private_ip: bool,
-    phone_regions [ISO 3166 alpha-2 codes], phone_validation "valid" | "possible".
+    """params: the pii section, resolved by the stage script (tokenmill.pii.params.Pii; conf/pii/default.yaml):
+    enabled {type: bool}, tokens {type: str}, keep_private_ip: bool, phone_regions [ISO 3166 alpha-2 codes],
+    phone_validation "valid" | "possible".
 
     Types left out of `enabled` are on; tokens left out get the defaults. Unknown keys or type names
-    are errors, so that a typo in params.yaml cannot silently switch redaction off.
+    are errors of the schema, so that a typo in params.yaml cannot silently switch redaction off.
     """
 
-    def __init__(self, params: Mapping[str, Any] | None = None):
-        p = Pii.resolve(params).model_dump()  # the schema: tokenmill.pii.params
+    def __init__(self, params: Pii):
         # Scores are listed in DEFAULT_TOKENS order; detection order is irrelevant to the result.
-        self.types = tuple(t for t in DEFAULT_TOKENS if p["enabled"].get(t, True))
-        self.tokens = {**DEFAULT_TOKENS, **p["tokens"]}
-        self.keep_private_ip = p["keep_private_ip"]
-        self.phone_regions = tuple(r.upper() for r in p["phone_regions"])
-        self.phone_validation = p["phone_validation"]
+        self.types = tuple(t for t in DEFAULT_TOKENS if params.enabled.get(t, True))
+        self.tokens = {**DEFAULT_TOKENS, **params.tokens}
+        self.keep_private_ip = params.keep_private_ip
+        self.phone_regions = tuple(r.upper() for r in params.phone_regions)
+        self.phone_validation = params.phone_validation
 
     def __call__(self, doc: Mapping[str, Any]) -> Outcome:
         text = doc.get("text") or ""

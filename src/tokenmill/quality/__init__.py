@@ -34,7 +34,7 @@ import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import duckdb
 import numpy as np
@@ -44,12 +44,11 @@ import pyarrow.parquet as pq
 from tokenmill.docstage import Outcome, map_document_shards
 from tokenmill.execution import log_phase, make_executor
 from tokenmill.runtime import StageResult
-from tokenmill.quality.params import Quality
+from tokenmill.quality.params import FastTextModel, Quality, ReferenceDataset
 
 LABEL_HQ, LABEL_LQ = "__label__hq", "__label__lq"
-# The parameters and their defaults: conf/quality/default.yaml, which says why each value is what it is
-# (tests/test_config.py keeps the two equal, so a default is stated once).
-DEFAULTS: dict[str, Any] = Quality.defaults()
+# The parameters and their defaults: tokenmill.quality.params.Quality, and conf/quality/default.yaml, which says
+# why each value is what it is (tests/test_config.py keeps the two equal, so a default is stated once).
 _SPACE = re.compile(r"\s+")
 
 
@@ -103,7 +102,7 @@ def _file_texts(path: str, min_words: int) -> Iterable[str]:
     return texts
 
 
-def reference_dataset_texts(cfg: Mapping, max_examples: int) -> list[str]:
+def reference_dataset_texts(cfg: ReferenceDataset, max_examples: int) -> list[str]:
     """The first max_examples texts of a Hugging Face dataset (`quality.positives.dataset`), read by the
     maintained client in streaming mode: a Hub name downloads only what it reads, a local folder in the Hub's
     layout (data files under it) reads the same way offline. Rows without text are skipped."""
@@ -111,18 +110,17 @@ def reference_dataset_texts(cfg: Mapping, max_examples: int) -> list[str]:
 
     key = "quality.positives.dataset"
     try:
-        rows = datasets.load_dataset(cfg["path"], cfg.get("name"), split=cfg["split"], revision=cfg.get("revision"),
-                                     streaming=True)
+        rows = datasets.load_dataset(cfg.path, cfg.name, split=cfg.split, revision=cfg.revision, streaming=True)
     except Exception as exc:  # the client's errors are many classes (not found, offline, bad split): name the key
-        raise ValueError(f"{key}: cannot load {cfg['path']!r} (split {cfg['split']!r}): "
+        raise ValueError(f"{key}: cannot load {cfg.path!r} (split {cfg.split!r}): "
                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
     texts = []
     for row in rows:
-        if cfg["text_field"] not in row:
-            raise ValueError(f"{key}.text_field: {cfg['path']!r} has no field {cfg['text_field']!r} "
+        if cfg.text_field not in row:
+            raise ValueError(f"{key}.text_field: {cfg.path!r} has no field {cfg.text_field!r} "
                              f"(its fields: {sorted(row)})")
-        if isinstance(row[cfg["text_field"]], str) and row[cfg["text_field"]].strip():
-            texts.append(row[cfg["text_field"]])
+        if isinstance(row[cfg.text_field], str) and row[cfg.text_field].strip():
+            texts.append(row[cfg.text_field])
             if len(texts) >= max_examples:
                 break
     return texts
@@ -133,48 +131,47 @@ def reference_dataset_texts(cfg: Mapping, max_examples: int) -> list[str]:
 CONFIGURED, PROJECT_REFERENCE = "configured", "project_reference"
 
 
-def training_examples(input_glob: str, params: Mapping) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:
+def training_examples(input_glob: str, params: Quality) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:
     """(doc_id, prepared text) of positives and negatives, and where the positives came from.
 
     Positives: documents of `positives.sources` in the stage input, records of `positives.paths` and of
     `positives.dataset`; when none gives any (a real crawl with no reference source), the project's own
     reference corpus (`positives.reference`, written by the sample stage from the standard library's
     documentation)."""
-    pos_cfg, neg_cfg = params["positives"], params["negatives"]
-    seed, max_chars, max_examples = int(params["model"]["seed"]), int(params["max_chars"]), int(pos_cfg["max_examples"])
+    pos_cfg, neg_cfg = params.positives, params.negatives
+    seed, max_chars, max_examples = params.model.seed, params.max_chars, pos_cfg.max_examples
     con = duckdb.connect()
     con.create_function("rank_key", lambda d: _rank(seed, d), ["VARCHAR"], "VARCHAR")
-    sources = list(pos_cfg.get("sources") or [])
+    sources = list(pos_cfg.sources)
     pos = con.execute(
         f"SELECT doc_id, text FROM read_parquet('{input_glob}') WHERE list_contains(?, source) "
         f"ORDER BY rank_key(doc_id) LIMIT ?", [sources, max_examples]).fetchall() if sources else []
-    files = reference_file_texts(pos_cfg.get("paths") or [])[:max_examples]
-    dataset = pos_cfg.get("dataset") or {}
-    rows = reference_dataset_texts(dataset, max_examples) if dataset.get("path") else []
+    files = reference_file_texts(pos_cfg.paths)[:max_examples]
+    rows = reference_dataset_texts(pos_cfg.dataset, max_examples) if pos_cfg.dataset.path else []
     origin = CONFIGURED
-    if not pos and not files and not rows and pos_cfg.get("reference"):
-        files = reference_file_texts([pos_cfg["reference"]], key="quality.positives.reference")[:max_examples]
+    if not pos and not files and not rows and pos_cfg.reference:
+        files = reference_file_texts([pos_cfg.reference], key="quality.positives.reference")[:max_examples]
         origin = PROJECT_REFERENCE
     pos += [(f"reference-file:{i}", t) for i, t in enumerate(files)]
     pos += [(f"reference-dataset:{i}", t) for i, t in enumerate(rows)]
     neg = con.execute(
         f"SELECT doc_id, text FROM read_parquet('{input_glob}') WHERE list_contains(?, bucket) "
         f"AND NOT list_contains(?, source) ORDER BY rank_key(doc_id) LIMIT ?",
-        [list(neg_cfg["buckets"]), sources, int(neg_cfg["max_examples"])]).fetchall()
+        [list(neg_cfg.buckets), sources, neg_cfg.max_examples]).fetchall()
     con.close()
     if not pos or not neg:
         raise ValueError(f"quality: need positives and negatives to train, got {len(pos)} and {len(neg)} "
-                         f"(positives.sources={sources}, negatives.buckets={neg_cfg['buckets']})")
+                         f"(positives.sources={sources}, negatives.buckets={neg_cfg.buckets})")
     return [(d, prepare(t, max_chars)) for d, t in pos], [(d, prepare(t, max_chars)) for d, t in neg], origin
 
 
-def train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: Path) -> dict:
+def train(pos: list[str], neg: list[str], model_cfg: FastTextModel, out_path: Path) -> dict:
     """Train in a fresh process: fastText's trainer has hit NaN in processes that had already run other
     native code (seen under pytest), never in a clean one, and the model must not depend on what ran before."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
         try:
-            return pool.submit(_train, pos, neg, dict(model_cfg), str(out_path)).result()
+            return pool.submit(_train, pos, neg, model_cfg, str(out_path)).result()
         except RuntimeError as exc:
             if "NaN" not in str(exc):
                 raise
@@ -182,10 +179,10 @@ def train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: Path) ->
                              "learn; change quality.model lr or epoch, or add examples") from exc
 
 
-def _train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: str) -> dict:
+def _train(pos: list[str], neg: list[str], model_cfg: FastTextModel, out_path: str) -> dict:
     import fasttext
 
-    rng = np.random.default_rng(int(model_cfg["seed"]))
+    rng = np.random.default_rng(model_cfg.seed)
     lines = [f"{LABEL_HQ} {t}" for t in pos] + [f"{LABEL_LQ} {t}" for t in neg]
     lines = [lines[i] for i in rng.permutation(len(lines))]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
@@ -193,10 +190,9 @@ def _train(pos: list[str], neg: list[str], model_cfg: Mapping, out_path: str) ->
         train_file = f.name
     try:
         # One thread: fastText's multi-threaded SGD is not reproducible; the model must be (contract 6).
-        model = fasttext.train_supervised(train_file, dim=int(model_cfg["dim"]), epoch=int(model_cfg["epoch"]),
-                                          lr=float(model_cfg["lr"]), wordNgrams=int(model_cfg["word_ngrams"]),
-                                          minCount=int(model_cfg["min_count"]), seed=int(model_cfg["seed"]),
-                                          bucket=int(model_cfg["hash_buckets"]), thread=1, verbose=0)
+        model = fasttext.train_supervised(train_file, dim=model_cfg.dim, epoch=model_cfg.epoch, lr=model_cfg.lr,
+                                          wordNgrams=model_cfg.word_ngrams, minCount=model_cfg.min_count,
+                                          seed=model_cfg.seed, bucket=model_cfg.hash_buckets, thread=1, verbose=0)
     finally:
         os.unlink(train_file)
     model.save_model(out_path)
@@ -298,24 +294,18 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
-def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.quality.params.Quality) before any work: unknown keys,
-    wrong types and values outside their range are a ParamError naming the full dotted key."""
-    return Quality.resolve(params).model_dump()
-
-
-def score_and_cut(input_dir: str | Path, params: Mapping, execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
+def score_and_cut(input_dir: str | Path, params: Quality, execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
     """Train the fold classifiers on input_dir's documents (a stage's output folder) against the reference,
     score every document out of fold and keep or drop the cut buckets' documents; writes the models, the
-    documents and one decision per document under out_dir."""
-    params = resolve_params(params)  # before any work: a typo must not cost a training run
+    documents and one decision per document under out_dir. params: the quality section, resolved by the stage
+    script before any work (a typo must not cost a training run)."""
     input_dir, out_dir = Path(input_dir), Path(out_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
     input_glob = str(input_dir / "documents" / "*.parquet")
-    keep = params["keep"]
-    seed, folds = int(params["model"]["seed"]), int(params["model"]["folds"])
-    on_degenerate = params["on_degenerate"]
-    min_spread = float(params["min_score_spread"])
+    keep = params.keep
+    seed, folds = params.model.seed, params.model.folds
+    on_degenerate = params.on_degenerate
+    min_spread = params.min_score_spread
     result = StageResult()
     pos, neg, origin = training_examples(input_glob, params)
     result.extra["training"] = {"positives": len(pos), "negatives": len(neg), "folds": folds, "positives_from": origin}
@@ -323,7 +313,7 @@ def score_and_cut(input_dir: str | Path, params: Mapping, execution_cfg: Mapping
     for k in range(folds):
         log_phase("quality", f"training fold model {k + 1}/{folds} ({len(pos)} positives, {len(neg)} negatives)")
         train([t for d, t in pos if fold_of(seed, d, folds) != k], [t for d, t in neg if fold_of(seed, d, folds) != k],
-              params["model"], Path(model_path(out_dir, k)))
+              params.model, Path(model_path(out_dir, k)))
     log_phase("quality", "scoring the training examples out of fold")
     # Held-out quality of the classifier: every example scored by the model that did not train on it.
     # One that did not learn would turn the cut into a random sample: refuse rather than filter by noise.
@@ -332,14 +322,14 @@ def score_and_cut(input_dir: str | Path, params: Mapping, execution_cfg: Mapping
     sep = float(p_pos.mean() - p_neg.mean())
     result.metrics["heldout_auc"] = round(auc(p_pos, p_neg), 4)
     result.metrics["heldout_separation"] = round(sep, 4)
-    if sep < float(params["min_separation"]):
+    if sep < params.min_separation:
         raise ValueError(f"quality: the classifier did not learn (held-out mean P(hq) of positives minus "
                          f"negatives = {sep:.4f} < min_separation); raise quality.model.epoch or lr, or add examples")
     # One scoring pass: every document predicted once, its score kept for the decisions; the cut
     # buckets' scores decide whether a cut means anything and where it lies.
     scratch = out_dir / "_scores"
     scratch.mkdir()
-    tasks = [(str(p), str(out_dir), seed, folds, int(params["max_chars"]), list(params["cut_buckets"]),
+    tasks = [(str(p), str(out_dir), seed, folds, params.max_chars, list(params.cut_buckets),
               str(scratch)) for p in shards]
     with make_executor(execution_cfg, result.timing) as ex:
         scores = np.concatenate([np.array([])] + ex.map(score_shard, tasks, desc="quality scores"))
@@ -368,16 +358,16 @@ def score_and_cut(input_dir: str | Path, params: Mapping, execution_cfg: Mapping
             log_phase("quality", f"cut skipped: {why}")
     if skipped:
         cutoff = 0.0
-    elif keep["mode"] == "threshold":
-        cutoff = float(keep["threshold"])
+    elif keep.mode == "threshold":
+        cutoff = keep.threshold
     else:
         # Keep the top fraction: the cut-off is the score at that quantile of the cut buckets.
-        cutoff = float(np.quantile(scores, 1 - float(keep["top_fraction"]))) if scores.size else 0.0
+        cutoff = float(np.quantile(scores, 1 - keep.top_fraction)) if scores.size else 0.0
     result.extra["cutoff"] = cutoff
     result.extra["cut_skipped"] = skipped
     result.metrics["cutoff"] = round(cutoff, 6)
     result.metrics["cut_skipped"] = skipped is not None
-    proc_params = {"cut_buckets": list(params["cut_buckets"]), "_scores_dir": str(scratch), "_cutoff": cutoff,
+    proc_params = {"cut_buckets": list(params.cut_buckets), "_scores_dir": str(scratch), "_cutoff": cutoff,
                    "_cut_skipped": skipped}
     result.record(map_document_shards("quality", input_dir, QualityProcessor, proc_params, execution_cfg, out_dir))
     shutil.rmtree(scratch)  # scratch, not output: the decisions hold every score
