@@ -50,14 +50,14 @@ class Processor(Protocol):
     - __call__(doc: dict) -> Outcome, one document at a time.
     A processor is pure: what it returns is its decision, with the reason and every score it measured."""
 
-    def __init__(self, params: Mapping[str, Any]) -> None: ...
+    def __init__(self, params: Any) -> None: ...  # the stage's typed section (tokenmill.section.Section)
 
 
 @dataclass
 class ShardTask:
     stage: str
     processor: type[Processor]  # pickled by reference: a worker imports its module
-    params: dict
+    params: Any  # the processor's params: the stage's typed section (frozen), or a mapping
     input_path: str
     out_dir: str
 
@@ -65,9 +65,9 @@ class ShardTask:
 _PROCESSORS: dict[tuple[type, str], Any] = {}
 
 
-def _processor(cls: type[Processor], params: dict):
+def _processor(cls: type[Processor], params: Any):
     # Built once per worker process: models and block-lists load once, not once per shard.
-    key = (cls, repr(sorted(params.items())))
+    key = (cls, repr(sorted(params.items())) if isinstance(params, Mapping) else repr(params))
     if key not in _PROCESSORS:
         _PROCESSORS[key] = cls(params)
     return _PROCESSORS[key]
@@ -123,7 +123,7 @@ def _write_kept(input_path: str, source: pq.ParquetFile, table: pa.Table, docs: 
         schema.write_parquet(kept, schema.DOCUMENT, target)
 
 
-def map_document_shards(stage: str, input_dir: str | Path, processor: type[Processor], params: Mapping,
+def map_document_shards(stage: str, input_dir: str | Path, processor: type[Processor], params: Any,
                         execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
     """Apply `processor` to every document shard of `input_dir` (a stage's output folder), writing the kept
     documents and one decision per document under `out_dir`; returns the counts and the input's digest."""
@@ -131,7 +131,8 @@ def map_document_shards(stage: str, input_dir: str | Path, processor: type[Proce
     result = StageResult()
     result.input_hashes[input_dir.name] = input_id(input_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
-    tasks = [ShardTask(stage, processor, dict(params), str(p), str(out_dir)) for p in shards]
+    params = dict(params) if isinstance(params, Mapping) else params  # a typed section is frozen: passed as it is
+    tasks = [ShardTask(stage, processor, params, str(p), str(out_dir)) for p in shards]
     with make_executor(execution_cfg, result.timing) as ex:
         for counts in ex.map(process_shard, tasks, desc=stage):
             result.add_counts(counts["counts"])
