@@ -28,11 +28,14 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # `tokenize.canaries`, resolved by the tokenize stage script (tokenmill.tokenize.params)
+    from tokenmill.tokenize.params import Canaries
 
 SOURCE = BUCKET = "canary"  # the token index's source and mixture bucket of canary documents
 SHARD = "tokens/canary/canaries.bin"
@@ -74,16 +77,16 @@ def _secret(rng: np.random.Generator, digits: int) -> str:
     return " " + " ".join(str(d) for d in rng.integers(0, 10, digits))
 
 
-def design(cfg: Mapping) -> list[dict]:
+def design(cfg: Canaries) -> list[dict]:
     """The canaries of `tokenize.canaries` (sets x visits), as CANARIES rows: a pure function of the config."""
     rows = []
-    for s in range(cfg["sets"]):
-        for visits in cfg["visits"]:
+    for s in range(cfg.sets):
+        for visits in cfg.visits:
             name = f"s{s}-v{visits}"
-            rng = _rng(cfg["seed"], "canary", name)
+            rng = _rng(cfg.seed, "canary", name)
             tag = "".join(f"{b:02x}" for b in rng.integers(0, 256, 3))  # a distinct prefix per canary
             prefix = f"The secret code of canary {tag} is"
-            secret = _secret(rng, cfg["digits"])
+            secret = _secret(rng, cfg.digits)
             text = prefix + secret
             doc_id = hashlib.blake2b("\x00".join((SOURCE, name, text)).encode(), digest_size=12).hexdigest()
             rows.append({"canary": name, "doc_id": doc_id, "planned_visits": int(visits), "prefix": prefix,
@@ -91,7 +94,7 @@ def design(cfg: Mapping) -> list[dict]:
     return rows
 
 
-def plant(cfg: Mapping, tok, out_dir: str | Path) -> list[dict]:
+def plant(cfg: Canaries, tok, out_dir: str | Path) -> list[dict]:
     """Write the canary documents' tokens (SHARD), CANARIES and their scoring REQUESTS under out_dir; return
     their token index rows (tokenize.INDEX: doc_id, source, bucket, shard, offset, length)."""
     from tokenmill import schema
@@ -102,8 +105,8 @@ def plant(cfg: Mapping, tok, out_dir: str | Path) -> list[dict]:
     schema.write_parquet(canaries, CANARIES, out_dir / TABLE)
     requests = []
     for c in canaries:
-        rng = _rng(cfg["seed"], "candidates", c["canary"])
-        secrets = [c["secret"]] + [_secret(rng, cfg["digits"]) for _ in range(cfg["candidates"])]
+        rng = _rng(cfg.seed, "candidates", c["canary"])
+        secrets = [c["secret"]] + [_secret(rng, cfg.digits) for _ in range(cfg.candidates)]
         for i, secret in enumerate(secrets):
             ctx, cont = encode_pair(tok.encode, c["prefix"], secret, tok.eos_id)
             requests.append({"canary": c["canary"], "candidate": i, "context": ctx, "continuation": cont})
