@@ -18,7 +18,8 @@ def stage(p: dict, input_stage: str, data_root: str | Path = "data", audit_bytes
     data_root, params = Path(data_root), Tokenizer.resolve(p["tokenizer"])
     # Not given: the corpus's own proportions (an empty mapping given stays one: no bucket weighted).
     weights = dict(params.sample_weights) if "sample_weights" in params.model_fields_set else None
-    recorded = {**params.model_dump(exclude={"sample_weights"}), "weights": dict(sorted((weights or {}).items())) or None,
+    recorded = {**params.model_dump(exclude={"sample_weights"}),  # recorded as the weights, below
+                "weights": dict(sorted((weights or {}).items())) or None,
                 "audit_bytes_per_bucket": audit_bytes_per_bucket}
     # It keeps or drops no document, so it has no input stage to conserve (input_stage=None for `audit verify`).
     with StageRun("tokenizer", data_root / "tokenizer", recorded, input_stage=None,

@@ -32,7 +32,8 @@ def test_each_canary_is_planned_exactly_its_visits_spread_over_the_stream_and_ne
     design = canaries.design(Canaries.resolve({**CONFIG, "visits": [1, 3, 40]}))
     rows = _index(200) + [{"doc_id": c["doc_id"], "source": "canary", "bucket": "canary",
                            "shard": canaries.SHARD, "offset": 30 * i, "length": 29} for i, c in enumerate(design)]
-    phases = parse_phases(Mixture.resolve({"name": "t", "phases": {"bulk": {"fraction": 1.0, "weights": {"web": 1.0}}}}).phases)
+    mixture = Mixture.resolve({"name": "t", "phases": {"bulk": {"fraction": 1.0, "weights": {"web": 1.0}}}})
+    phases = parse_phases(mixture.phases)
     visits = {c["doc_id"]: c["planned_visits"] for c in design}
     index = pa.Table.from_pylist(rows, schema=INDEX)
     without = build_plan(pa.Table.from_pylist(rows[:200], schema=INDEX), phases, 60_000, 5, heldout_fraction=0.1)

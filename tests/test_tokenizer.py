@@ -30,7 +30,7 @@ RARE = ("chr", "vai", "iii", "tzm_tfng", "khk_mong", "bod", "dzo", "ike")
 EN_TRAIN = ("11-0", "35-0", "41-0", "43-0", "46-0", "219-0", "244-0", "863-0")
 FR_TRAIN = ("Persuasion", "Le-tour-du-mond-quatre-vingts-jours")
 WEIGHTS = {"english": 0.4, "french": 0.1, "multilingual": 0.2, "code": 0.3}
-PARAMS = {"vocab_size": 3000, "sample_bytes": 2_000_000, "num_reserved": 8, "seed": 7}  # TokenizerParams.resolve(PARAMS)
+PARAMS = {"vocab_size": 3000, "sample_bytes": 2_000_000, "num_reserved": 8, "seed": 7}
 
 
 def gutenberg(lang: str, name: str) -> str:
