@@ -83,19 +83,27 @@ def child(name: str, work: Path) -> dict:
         import pyarrow.parquet as pq
 
         from tokenmill import decontam, docstage
-        from tokenmill.decontam.stage import resolve_params
+        from tokenmill.decontam import stage as decontam_stage
 
         import tokenmill
 
         tree = Path(os.environ.get("PYTHONPATH", str(ROOT / "src")).split(os.pathsep)[0]).resolve()
         if not Path(list(tokenmill.__path__)[0]).resolve().is_relative_to(tree):
             raise SystemExit(f"child {name}: imported tokenmill from {list(tokenmill.__path__)}, not {tree}")
-        params = resolve_params({**(OLD_PARAMS if name == "old" else {}), "benchmarks": benchmarks})
+        given = {**(OLD_PARAMS if name == "old" else {}), "benchmarks": benchmarks}
+        if hasattr(decontam_stage, "resolve_params"):  # older trees: the processor takes the resolved dict
+            params = decontam_stage.resolve_params(given)
+            processor_params = dict(params)
+        else:  # the processor takes the typed section the stage script resolves (tokenmill.decontam.params)
+            from tokenmill.decontam.params import Decontaminate
+
+            processor_params = Decontaminate.resolve(given)
+            params = processor_params.model_dump()
         # The processor (and its index) alone first: the stage then finds it in docstage's per-worker cache,
         # so its time is the matching and the stage's reading and writing.
         # The class itself (older trees, which this script also times, named it by a "module:Class" string).
         processor = decontam.DecontamProcessor if hasattr(docstage, "Processor") else "tokenmill.decontam:DecontamProcessor"
-        b = _timed(lambda: docstage._processor(processor, dict(params)))
+        b = _timed(lambda: docstage._processor(processor, processor_params))
         proc = b["result"]
         if hasattr(decontam, "run_decontaminate"):  # older trees: the library function opened the stage's run
             r = _timed(lambda: decontam.run_decontaminate(params, one, data_root="data", input_stage="ingest"))

@@ -297,10 +297,11 @@ def tm_child(name: str, work: Path) -> dict:
         r = _timed(lambda: quality.stage({"quality": params["quality"], "execution": one}, "dedup"))
     elif name == "decontaminate":
         from stages import decontaminate
+        from tokenmill.decontam.params import Decontaminate
         from tokenmill.decontam.stage import build_index
 
         # The index alone first (the stage builds it again, once per worker), to tell building from matching.
-        b = _timed(lambda: build_index(params["decontaminate"]).stats)
+        b = _timed(lambda: build_index(Decontaminate.resolve(params["decontaminate"])).stats)
         r = _timed(lambda: decontaminate.stage({"decontaminate": params["decontaminate"], "execution": one},
                                                "quality"))
         r["index_seconds"], r["index_cpu_seconds"], r["index_stats"] = b["seconds"], b["cpu_seconds"], b["result"]

@@ -111,20 +111,20 @@ SAMPLE_READING = ("model_type", "vocab_size", "max_sentence_length", "input_sent
                   "num_threads", "hard_vocab_limit", "minloglevel")
 
 
-def train_variants(docs: dict[str, list[str]], params: dict, lossless: dict, out: Path) -> list[dict]:
+def train_variants(docs: dict[str, list[str]], params, lossless: dict, out: Path) -> list[dict]:
     """The default-settings model and the one-setting variants, trained on the sample train_tokenizer drew.
 
-    `lossless` is train_tokenizer's result for `params` (its sample statistics must match the one drawn here).
+    `lossless` is train_tokenizer's result for `params`, the tokenizer section (tokenmill.tokenizer.params.Tokenizer;
+    its sample statistics must match the one drawn here).
     Returns [{name, dir, changed, seconds, vocab_size}], the project's model first."""
     import sentencepiece as spm
 
     from tokenmill.tokenizer.sample import as_stream, write_sample
-    from tokenmill.tokenizer.train import resolve_params, sentencepiece_options
+    from tokenmill.tokenizer.train import sentencepiece_options
 
-    p = resolve_params(params)
+    p = params
     sample_path = out / "sample.txt"
-    sample = write_sample(as_stream(docs), WEIGHTS, int(p["sample_bytes"]), int(p["seed"]), sample_path,
-                          int(p["max_sentence_bytes"]))
+    sample = write_sample(as_stream(docs), WEIGHTS, p.sample_bytes, p.seed, sample_path, p.max_sentence_bytes)
     if (sample["sample_bytes"], sample["lines"]) != (lossless["sample"]["sample_bytes"], lossless["sample"]["lines"]):
         raise RuntimeError(f"the variants' sample differs from train_tokenizer's: {sample} vs {lossless['sample']}")
     base = sentencepiece_options(p)
@@ -138,7 +138,7 @@ def train_variants(docs: dict[str, list[str]], params: dict, lossless: dict, out
     for i, (name, (opts, changed)) in enumerate(configs.items()):
         d = out / f"v{i}"
         d.mkdir()
-        spm.set_random_generator_seed(int(p["seed"]))
+        spm.set_random_generator_seed(p.seed)
         t0 = time.process_time()
         spm.SentencePieceTrainer.train(input=str(sample_path), model_prefix=str(d / "tokenizer"), **opts)
         sp = spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model"))
@@ -368,6 +368,7 @@ def main(argv: list[str] | None = None) -> None:
 
     sys.path.insert(0, str(ROOT / "src"))
     from tokenmill.tokenizer import train_tokenizer
+    from tokenmill.tokenizer.params import Tokenizer as TokenizerParams
 
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()
@@ -376,18 +377,18 @@ def main(argv: list[str] | None = None) -> None:
     train = []
     with tempfile.TemporaryDirectory(prefix="bench-tok-") as tmp:
         bpe_dir = Path(tmp) / "bpe"
-        train.append(train_tokenizer(docs, WEIGHTS, {"vocab_size": args.vocab, "sample_bytes": int(args.sample_mb * 1e6)},
-                                     bpe_dir))
+        bpe = TokenizerParams.resolve({"vocab_size": args.vocab, "sample_bytes": int(args.sample_mb * 1e6)})
+        train.append(train_tokenizer(docs, WEIGHTS, bpe, bpe_dir))
         print(f"bpe trained: {train[-1]['seconds']}", file=sys.stderr)
         if args.unigram_sample_mb > 0:
-            train.append(train_tokenizer(docs, WEIGHTS, {"model_type": "unigram", "vocab_size": args.vocab,
-                                                         "sample_bytes": int(args.unigram_sample_mb * 1e6)},
-                                         Path(tmp) / "unigram"))
+            unigram = TokenizerParams.resolve({"model_type": "unigram", "vocab_size": args.vocab,
+                                               "sample_bytes": int(args.unigram_sample_mb * 1e6)})
+            train.append(train_tokenizer(docs, WEIGHTS, unigram, Path(tmp) / "unigram"))
             print(f"unigram trained: {train[-1]['seconds']}", file=sys.stderr)
         enc_docs = encode_set(docs, args.encode_mb)
         equal = check_equal(bpe_dir, enc_docs)
         models = [] if args.no_variants else train_variants(
-            docs, {"vocab_size": args.vocab, "sample_bytes": int(args.sample_mb * 1e6)}, train[0], Path(tmp) / "variants")
+            docs, bpe, train[0], Path(tmp) / "variants")
         trips = {m["name"]: round_trip(m["dir"], enc_docs) for m in models} | {"docs": enc_docs}
         from tokenmill import schema
 

@@ -46,6 +46,7 @@ def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path
     could not be told from a broken one); throughput does not depend on what the ids are."""
     from tokenmill import schema
     from tokenmill.mixture import build_plan, parse_phases
+    from tokenmill.mixture.params import Mixture
     from tokenmill.tokenize import INDEX
 
     rng = np.random.default_rng(seed)
@@ -75,7 +76,8 @@ def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path
     schema.write_parquet(rows, INDEX, out / "index" / "00000.parquet")
     (out / "manifest.json").write_text(json.dumps({"stage": "tokenize", "vocab_size": vocab, "eos_id": eos,
                                                    "dtype": np.dtype(dtype).name}))
-    phases = parse_phases({"bulk": {"fraction": 1.0, "weights": {"web": 1.0}}})
+    mixture = Mixture.resolve({"name": "bench", "phases": {"bulk": {"fraction": 1.0, "weights": {"web": 1.0}}}})
+    phases = parse_phases(mixture.phases)
     plan = build_plan(pa.Table.from_pylist(rows, schema=INDEX), phases, tokens, seed, max_epochs=1.0)
     schema.write_parquet(plan["plan"], plan["plan"].schema, root / "mixture" / "plan.parquet")
     held = pa.Table.from_pylist([], schema=pa.schema([(n, INDEX.field(n).type) for n in

@@ -13,11 +13,12 @@ from tokenmill.runtime import StageRun, input_id, load_params, script
 
 
 def main(run: str, tokenizer_stage: str) -> int:
-    p = Export.resolve(load_params("export")["export"]).model_dump()
+    params = Export.resolve(load_params("export")["export"])
     run_dir, tok_dir = f"data/train/{run}", f"data/{tokenizer_stage}/hf"
-    with StageRun("export", "data/export", p, libraries=("torch", "safetensors", "transformers")) as run_:
+    with StageRun("export", "data/export", params.model_dump(),
+                  libraries=("torch", "safetensors", "transformers")) as run_:
         run_.input_hashes.update({run: input_id(run_dir), tokenizer_stage: input_id(f"data/{tokenizer_stage}")})
-        summary = export_run(run_dir, tok_dir, run_.tmp / "hf", step=p["step"])
+        summary = export_run(run_dir, tok_dir, run_.tmp / "hf", step=params.step)
         run_.extra["export"] = summary
     print(f"export: {run} ({summary.get('source')}) -> data/export/hf ({summary.get('architecture')})")
     return 0

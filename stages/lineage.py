@@ -8,7 +8,8 @@ Exits non-zero when conservation fails: a pipeline that lost a document must not
 import sys
 from pathlib import Path
 
-from tokenmill.lineage import build_database, resolve_params
+from tokenmill.lineage import build_database
+from tokenmill.lineage.params import Lineage
 from tokenmill.runtime import StageRun, load_params, read_manifest, script, stage_chain
 
 
@@ -16,13 +17,13 @@ def stage(p: dict, last_stage: str, token_stage: str | None = None, plan_stage: 
           data_root: str | Path = "data", out_dir: str | Path = "lineage", plots_dir: str | Path = "plots") -> dict:
     """The database over the document stages ending at `last_stage` (their order follows the manifests' input
     links); its manifest lists the conservation problems and the planted cases handled wrongly."""
-    data_root, cfg = Path(data_root), resolve_params(p["lineage"])  # a misspelt key stops here
+    data_root, cfg = Path(data_root), Lineage.resolve(p["lineage"])  # a misspelt key stops here
     stages = stage_chain(data_root, last_stage)
-    params = {"sources": p["sources"], "ground_truth": str(cfg["ground_truth"]), "stages": stages,
+    params = {"sources": p["sources"], "ground_truth": str(cfg.ground_truth), "stages": stages,
               "token_stage": token_stage, "plan_stage": plan_stage}
     with StageRun("lineage", out_dir, params, libraries=("duckdb",)) as run:
         run.record(build_database(data_root, stages, p["sources"], run.tmp, token_stage, plan_stage,
-                                  cfg["ground_truth"], plots_dir, p.get("execution")))
+                                  cfg.ground_truth, plots_dir, p.get("execution")))
     return run.manifest
 
 

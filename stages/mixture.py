@@ -7,7 +7,8 @@ It reads the train keys a plan depends on, never the optimiser's: a learning-rat
 import sys
 from pathlib import Path
 
-from tokenmill.mixture import MixtureError, resolve_params
+from tokenmill.mixture import MixtureError
+from tokenmill.mixture.params import Mixture
 from tokenmill.mixture.stage import plan_mixture
 from tokenmill.runtime import StageRun, load_params, script
 
@@ -15,8 +16,8 @@ BUDGET_KEYS = ("seq_len", "global_batch", "token_budget", "tokens_per_param")
 
 
 def stage(p: dict, input_stage: str, data_root: str | Path = "data", plots_dir: str | Path = "plots") -> dict:
-    data_root, mixture = Path(data_root), resolve_params(p["mixture"])
-    params = {"mixture": mixture, "train": dict(p["train"]), "model": dict(p["model"])}
+    data_root, mixture = Path(data_root), Mixture.resolve(p["mixture"])
+    params = {"mixture": mixture.model_dump(), "train": dict(p["train"]), "model": dict(p["model"])}
     with StageRun("mixture", data_root / "mixture", params, input_stage=input_stage,
                   libraries=("numpy", "duckdb")) as run:
         run.record(plan_mixture(data_root / input_stage, mixture, p["train"], p["model"], run.tmp, plots_dir))

@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 
 from tokenmill.runtime import StageRun, load_params, script
-from tokenmill.tokenize import resolve_params, tokenize_documents
+from tokenmill.tokenize import tokenize_documents
+from tokenmill.tokenize.params import Tokenize
 
 
 def stage(p: dict, input_stage: str, tokenizer_stage: str, scores_stage: str, data_root: str | Path = "data") -> dict:
-    data_root, params = Path(data_root), resolve_params(p["tokenize"])
-    with StageRun("tokenize", data_root / "tokenize", params, input_stage=input_stage,
+    data_root, params = Path(data_root), Tokenize.resolve(p["tokenize"])
+    with StageRun("tokenize", data_root / "tokenize", params.model_dump(), input_stage=input_stage,
                   libraries=("sentencepiece", "numpy")) as run:
         run.record(tokenize_documents(data_root / input_stage, data_root / tokenizer_stage, data_root / scores_stage,
                                       params, p["execution"], run.tmp))

@@ -10,14 +10,16 @@ import sys
 from pathlib import Path
 
 from tokenmill.runtime import StageRun, load_params, script
-from tokenmill.tokenizer import AUDIT_BYTES, resolve_params, train_and_audit
+from tokenmill.tokenizer import AUDIT_BYTES, train_and_audit
+from tokenmill.tokenizer.params import Tokenizer
 
 
 def stage(p: dict, input_stage: str, data_root: str | Path = "data", audit_bytes_per_bucket: int = AUDIT_BYTES) -> dict:
-    data_root, cfg = Path(data_root), dict(p["tokenizer"])
-    weights = cfg.pop("sample_weights", None)
-    params = resolve_params(cfg)
-    recorded = {**params, "weights": dict(sorted((weights or {}).items())) or None,
+    data_root, params = Path(data_root), Tokenizer.resolve(p["tokenizer"])
+    # Not given: the corpus's own proportions (an empty mapping given stays one: no bucket weighted).
+    weights = dict(params.sample_weights) if "sample_weights" in params.model_fields_set else None
+    recorded = {**params.model_dump(exclude={"sample_weights"}),  # recorded as the weights, below
+                "weights": dict(sorted((weights or {}).items())) or None,
                 "audit_bytes_per_bucket": audit_bytes_per_bucket}
     # It keeps or drops no document, so it has no input stage to conserve (input_stage=None for `audit verify`).
     with StageRun("tokenizer", data_root / "tokenizer", recorded, input_stage=None,

@@ -16,7 +16,9 @@ from train_helpers import build_corpus, tiny_run
 
 from tokenmill import canaries
 from tokenmill.mixture import build_plan, parse_phases
+from tokenmill.mixture.params import Mixture
 from tokenmill.tokenize import INDEX
+from tokenmill.canaries import Canaries
 
 CONFIG = {"sets": 3, "visits": [0, 1, 96], "digits": 8, "candidates": 255, "seed": 0}
 
@@ -27,10 +29,11 @@ def _index(n: int) -> list[dict]:
 
 
 def test_each_canary_is_planned_exactly_its_visits_spread_over_the_stream_and_never_held_out():
-    design = canaries.design({**CONFIG, "visits": [1, 3, 40]})
+    design = canaries.design(Canaries.resolve({**CONFIG, "visits": [1, 3, 40]}))
     rows = _index(200) + [{"doc_id": c["doc_id"], "source": "canary", "bucket": "canary",
                            "shard": canaries.SHARD, "offset": 30 * i, "length": 29} for i, c in enumerate(design)]
-    phases = parse_phases({"bulk": {"fraction": 1.0, "weights": {"web": 1.0}}})
+    mixture = Mixture.resolve({"name": "t", "phases": {"bulk": {"fraction": 1.0, "weights": {"web": 1.0}}}})
+    phases = parse_phases(mixture.phases)
     visits = {c["doc_id"]: c["planned_visits"] for c in design}
     index = pa.Table.from_pylist(rows, schema=INDEX)
     without = build_plan(pa.Table.from_pylist(rows[:200], schema=INDEX), phases, 60_000, 5, heldout_fraction=0.1)

@@ -26,7 +26,8 @@ import pytest
 from stages import decontaminate as decontaminate_stage
 from tokenmill import schema
 from tokenmill.decontam import DecontamProcessor, item_id, normalize, read_benchmark
-from tokenmill.decontam.stage import CONTAMINATION, DEFAULTS, resolve_params
+from tokenmill.decontam.params import Decontaminate
+from tokenmill.decontam.stage import CONTAMINATION
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 EVAL, TEXT = SHARED / "eval", SHARED / "text"
@@ -46,7 +47,12 @@ BENCHMARKS = {
     "hellaswag": ("hellaswag", EVAL / "hellaswag" / "hellaswag_val_subset.jsonl", 1000),
     **{name: ("llm_foundry", EVAL / "llm_foundry" / f"{name}.jsonl", n) for name, n in FOUNDRY.items()},
 }
-PARAMS = {k: v for k, v in DEFAULTS.items() if k != "benchmarks"}  # the shipped rule
+PARAMS = {k: v for k, v in Decontaminate.defaults().items() if k != "benchmarks"}  # the shipped rule
+
+
+def processor(params: dict) -> DecontamProcessor:
+    """The processor as the stage builds it: from the section the stage script resolves."""
+    return DecontamProcessor(Decontaminate.resolve(params))
 
 
 def spec(name: str) -> dict:
@@ -67,7 +73,7 @@ def nth(name: str, i: int) -> tuple[str, str]:
 def full_index_proc():
     """A processor over ALL benchmark files (index built once: ~4 s for 50k items)."""
     started = time.perf_counter()
-    proc = DecontamProcessor({**PARAMS, "benchmarks": [spec(n) for n in BENCHMARKS]})
+    proc = processor({**PARAMS, "benchmarks": [spec(n) for n in BENCHMARKS]})
     print(f"\nindex of all benchmarks: {proc.index.stats['items']} items, {proc.index.stats['keys']} n-grams, "
           f"{time.perf_counter() - started:.1f} s")
     return proc
@@ -127,14 +133,14 @@ def test_reader_texts_hold_question_and_gold_answer(tmp_path):
 def test_missing_benchmark_fails_in_one_line(tmp_path):
     bad = {"name": "gsm8k_typo", "format": "gsm8k", "path": str(tmp_path / "nope.jsonl")}
     with pytest.raises(FileNotFoundError) as e:
-        DecontamProcessor({"benchmarks": [spec("copa"), bad]})
+        processor({"benchmarks": [spec("copa"), bad]})
     assert "gsm8k_typo" in str(e.value) and "nope.jsonl" in str(e.value) and "\n" not in str(e.value)
-    proc = DecontamProcessor({"benchmarks": [spec("copa"), {**bad, "optional": True}]})  # skipped
+    proc = processor({"benchmarks": [spec("copa"), {**bad, "optional": True}]})  # skipped
     assert {b for b, _ in proc.index.items} == {"copa"}
-    proc = DecontamProcessor({"benchmarks": [{**bad, "optional": True}]})  # nothing to index: all clean
+    proc = processor({"benchmarks": [{**bad, "optional": True}]})  # nothing to index: all clean
     assert proc({"text": nth("copa", 0)[1]}).reason == "clean"
     with pytest.raises(ValueError, match="format"):
-        DecontamProcessor({"benchmarks": [{"name": "x", "format": "csv", "path": "x.csv"}]})
+        processor({"benchmarks": [{"name": "x", "format": "csv", "path": "x.csv"}]})
 
 
 # --- normalisation ---------------------------------------------------------------------------------------
@@ -224,7 +230,7 @@ def test_planted_items_are_found_in_every_variant(full_index_proc):
 
 
 def test_flag_keeps_contaminated_documents():
-    proc = DecontamProcessor({**PARAMS, "action": "flag", "benchmarks": [spec("gsm8k")]})
+    proc = processor({**PARAMS, "action": "flag", "benchmarks": [spec("gsm8k")]})
     iid, text = nth("gsm8k", 7)
     out = proc({"text": "Homework help.\n" + text})
     assert (out.action, out.reason) == ("keep", "flagged_contaminated")

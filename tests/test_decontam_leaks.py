@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.decontam import DecontamProcessor, normalize, read_items
+from tokenmill.decontam.params import Decontaminate
 from conftest import missing_shared_data  # skips, or fails under CI=true
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -53,7 +54,7 @@ def shared() -> Path:
 @pytest.fixture(scope="module")
 def proc(shared) -> DecontamProcessor:
     started = time.process_time()
-    p = DecontamProcessor({"benchmarks": SPECS})
+    p = DecontamProcessor(Decontaminate.resolve({"benchmarks": SPECS}))
     st = p.index.stats
     print(f"\nindex: {st['items']} items, {st['forms']} forms, {st['keys']} seed n-grams, "
           f"{st['template_ngrams']} template n-grams; {time.process_time() - started:.1f} CPU-s")

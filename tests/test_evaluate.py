@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tokenmill import schema
+from tokenmill.decontam.params import Decontaminate
 from tokenmill.decontam.readers import item_id, read_items
 from tokenmill.decontam.stage import CONTAMINATION, DecontamProcessor
 from tokenmill.evaluate import dirty_items
@@ -86,7 +87,7 @@ def contamination(tmp_path_factory) -> tuple[Path, dict[str, set[str]]]:
     page = "\n\n".join([prose[0], *copies, prose[1]])
     docs = [{"doc_id": "page-copies", "text": page}, {"doc_id": "page-clean", "text": "\n\n".join(prose[2:])}]
     benches = [s for s in specs() if s["format"] != "tokenmill"]
-    processor = DecontamProcessor({"benchmarks": benches})
+    processor = DecontamProcessor(Decontaminate.resolve({"benchmarks": benches}))
     rows = []
     for doc, outcome in zip(docs, processor.batch(docs)):
         for overlap in (outcome.details or {}).get("overlaps", []):

@@ -5,7 +5,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from tokenmill.mixture import MixtureError, build_plan, document_bucket_weights, parse_phases
+from tokenmill.mixture import MixtureError, build_plan, document_bucket_weights
+from tokenmill.mixture import parse_phases as _parse_phases
+from tokenmill.mixture.params import Mixture
+from tokenmill.runtime import ParamError
+
+def parse_phases(phases: dict) -> list:
+    """The plan's phases of a `mixture.phases` mapping, resolved as the stage script resolves its section."""
+    return _parse_phases(Mixture.resolve({"name": "t", "phases": phases}).phases)
+
 
 BUCKETS = {"web/high": 400, "web/low": 900, "code": 500, "reference": 150}
 
@@ -113,10 +121,10 @@ def test_buckets_the_corpus_lacks_are_renormalised_away():
 
 
 def test_bad_phases():
-    with pytest.raises(MixtureError, match="must sum to 1"):
-        parse_phases({"p": {"fraction": 0.5, "weights": {"code": 1}}})
-    with pytest.raises(MixtureError, match=r"mixture\.phases\.p\.weight: unknown parameter"):
-        parse_phases({"p": {"fraction": 1.0, "weight": {"code": 1}}})
+    with pytest.raises(ParamError, match="mixture.phases: the fractions must sum to 1"):
+        Mixture.resolve({"name": "t", "phases": {"p": {"fraction": 0.5, "weights": {"code": 1}}}})
+    with pytest.raises(ParamError, match=r"mixture\.phases\.p\.weight: unknown parameter"):
+        Mixture.resolve({"name": "t", "phases": {"p": {"fraction": 1.0, "weight": {"code": 1}}}})
 
 
 def test_document_bucket_weights_fold_tiers():
@@ -162,12 +170,10 @@ def test_a_bucket_cap_below_the_default_caps_that_bucket_alone():
     """max_epochs {code: 2} (default 4) with a budget too large for the corpus, derived (cap_budget): code, half
     of every phase, runs out first, at 2 x its tokens, so the budget is 2 x available(code) / 0.5; web, given the
     same tokens from fewer, is read about 2.9 times, past code's cap and within the default's."""
-    from tokenmill.mixture import resolve_params
-
     index = _capped_index()
     avail = _available(index)
     assert 2 < 2 * avail["code"] / avail["web"] < 3  # web's epochs at code's cap: 2.43, between 2 and the default 4
-    caps = resolve_params({"name": "t", "phases": TWO_PHASES, "max_epochs": {"code": 2}})["max_epochs"]
+    caps = Mixture.resolve({"name": "t", "phases": TWO_PHASES, "max_epochs": {"code": 2}}).max_epochs
     assert caps == {"default": 4, "code": 2}  # the bucket's cap merged over the default
     result = build_plan(index, parse_phases(TWO_PHASES), 10**9, seed=7, max_epochs=caps, cap_budget=True)
     assert result["capped_by"] == "code"

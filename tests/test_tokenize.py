@@ -12,6 +12,7 @@ from tokenmill import schema
 from stages import tokenize_shards
 from tokenmill.tokenize import encode_documents, newline_id, tier_of
 from tokenmill.tokenizer import Tokenizer, train_tokenizer
+from tokenmill.tokenizer.params import Tokenizer as TokenizerParams
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 pytestmark = pytest.mark.usefixtures("shared_data")  # skips without ../shared/data; fails under CI=true
@@ -46,7 +47,8 @@ def tokenized(tmp_path_factory):
     by_bucket: dict[str, list[str]] = {}
     for d in docs:
         by_bucket.setdefault(d["bucket"], []).append(d["text"])
-    train_tokenizer(by_bucket, None, {"vocab_size": 3000, "sample_bytes": 2_000_000}, data / "tokenizer")
+    train_tokenizer(by_bucket, None, TokenizerParams.resolve({"vocab_size": 3000, "sample_bytes": 2_000_000}),
+                    data / "tokenizer")
     # Quality scores for tiers: the quality stage's decision shards carry the same names as the documents.
     score = {d["doc_id"]: (i * 37 % 100) / 100 for i, d in enumerate(docs)}
     for name, part in (("a", docs[::2]), ("b", docs[1::2])):

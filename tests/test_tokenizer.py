@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tokenmill.tokenizer.params import Tokenizer as TokenizerParams
+
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = ROOT / ".." / "shared" / "data" / "text"
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -105,7 +107,7 @@ def trained(tmp_path_factory, corpus):
     from tokenmill.tokenizer import train_tokenizer
 
     out = tmp_path_factory.mktemp("tok") / "bpe"
-    meta = train_tokenizer(corpus, WEIGHTS, PARAMS, out)
+    meta = train_tokenizer(corpus, WEIGHTS, TokenizerParams.resolve(PARAMS), out)
     return out, meta
 
 
@@ -276,7 +278,8 @@ def test_training_is_deterministic(tmp_path, trained, corpus):
     for i, part in enumerate((rows[:half], rows[half:])):
         pq.write_table(pa.table({"bucket": [b for b, _ in part], "text": [t for _, t in part]}),
                        tmp_path / f"part-{i}.parquet")
-    again = train_tokenizer(parquet_source(tmp_path.glob("*.parquet")), WEIGHTS, PARAMS, tmp_path / "again")
+    again = train_tokenizer(parquet_source(tmp_path.glob("*.parquet")), WEIGHTS, TokenizerParams.resolve(PARAMS),
+                            tmp_path / "again")
     assert again["model_sha1"] == meta["model_sha1"]
     for name in ("tokenizer.model", "tokenizer.vocab", "meta.json", "hf/tokenizer.json", "hf/tokenizer_config.json"):
         assert (tmp_path / "again" / name).read_bytes() == (out / name).read_bytes(), name
@@ -320,7 +323,8 @@ def test_small_sample_gives_a_smaller_vocabulary(tmp_path, corpus):
     """A vocabulary too large for the sample shrinks instead of failing; the real size is in meta.json."""
     from tokenmill.tokenizer import Tokenizer, train_tokenizer
 
-    meta = train_tokenizer({"code": corpus["code"][:10]}, None, {"vocab_size": 30000, "sample_bytes": 100_000},
+    meta = train_tokenizer({"code": corpus["code"][:10]}, None,
+                           TokenizerParams.resolve({"vocab_size": 30000, "sample_bytes": 100_000}),
                            tmp_path / "small")
     small = Tokenizer(tmp_path / "small")
     assert meta["requested_vocab_size"] == 30000 and 1000 < meta["vocab_size"] == small.vocab_size < 30000
@@ -370,7 +374,7 @@ def test_unigram_round_trips_and_nearly_matches_hf(tmp_path, corpus, eval_texts)
     from tokenmill.tokenizer import Tokenizer, train_tokenizer
 
     params = {**PARAMS, "model_type": "unigram", "vocab_size": 2000, "sample_bytes": 600_000}
-    meta = train_tokenizer(corpus, WEIGHTS, params, tmp_path / "uni")
+    meta = train_tokenizer(corpus, WEIGHTS, TokenizerParams.resolve(params), tmp_path / "uni")
     uni = Tokenizer(tmp_path / "uni")
     assert meta["model_type"] == "unigram" and uni.eos_id == 2
     texts = subset(eval_texts, udhr_every=3)

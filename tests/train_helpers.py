@@ -52,12 +52,15 @@ def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7, vocab_s
     from tokenmill import canaries as planting
     from tokenmill import schema
     from tokenmill.mixture import build_plan, parse_phases
+    from tokenmill.mixture.params import Mixture
     from tokenmill.tokenize import INDEX
     from tokenmill.tokenizer import Tokenizer, train_tokenizer
+    from tokenmill.canaries import Canaries
+    from tokenmill.tokenizer.params import Tokenizer as TokenizerParams
 
     docs = _documents(shared_text())
     tok_dir = root / "tokenizer"
-    train_tokenizer(docs, None, {"vocab_size": vocab_size, "sample_bytes": 1_500_000}, tok_dir)
+    train_tokenizer(docs, None, TokenizerParams.resolve({"vocab_size": vocab_size, "sample_bytes": 1_500_000}), tok_dir)
     tok = Tokenizer(tok_dir)
     out = root / "tokenize"
     rows = []
@@ -71,12 +74,15 @@ def build_corpus(root: Path, token_budget: int = 400_000, seed: int = 7, vocab_s
             rows.append({"doc_id": f"{bucket}-{i:05d}", "source": bucket, "bucket": bucket, "shard": rel,
                          "offset": int(off), "length": int(n) - 1})
     schema.write_parquet(rows, INDEX, out / "index" / "00000.parquet")
+    canaries = Canaries.resolve(canaries, "tokenize.canaries") if canaries else None  # as the stage script resolves it
     planted = planting.plant(canaries, tok, out) if canaries else []
     rows += planted
     (out / "manifest.json").write_text(json.dumps({"stage": "tokenize", "vocab_size": tok.vocab_size,
                                                    "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name}))
-    phases = parse_phases({"bulk": {"fraction": 0.75, "weights": {"reference": 0.6, "books": 0.4}},
-                           "anneal": {"fraction": 0.25, "weights": {"reference": 0.8, "books": 0.2}}})
+    mixture = Mixture.resolve({"name": "helpers", "phases": {
+        "bulk": {"fraction": 0.75, "weights": {"reference": 0.6, "books": 0.4}},
+        "anneal": {"fraction": 0.25, "weights": {"reference": 0.8, "books": 0.2}}}})
+    phases = parse_phases(mixture.phases)
     result = build_plan(pa.Table.from_pylist(rows, schema=INDEX), phases, token_budget, seed,
                         max_epochs=4.0, heldout_fraction=0.05,
                         canaries={c["doc_id"]: c["planned_visits"] for c in planting.design(canaries)} if canaries else None)

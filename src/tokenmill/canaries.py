@@ -28,13 +28,16 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
-from typing import Mapping
+from typing import Annotated
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pydantic import Field, field_validator
+
 from tokenmill import schema
+from tokenmill.section import Count, Section
 
 SOURCE = BUCKET = "canary"  # the token index's source and mixture bucket of canary documents
 SHARD = "tokens/canary/canaries.bin"
@@ -67,6 +70,25 @@ EXPOSURE = pa.schema([
 ])
 
 
+class Canaries(Section):
+    """params.yaml `tokenize.canaries`, the secrets planted to measure memorisation: `sets` canaries per visit
+    count (the tokenize stage plants them; its schema holds this one)."""
+
+    sets: Count = 2  # 0: none planted
+    # planned visits of each canary in the training stream; 0: a control, scored but never planted
+    visits: list[Count] = [0, 1, 2, 4, 8, 16]
+    digits: Annotated[int, Field(ge=4, le=32)] = 10  # of the secret: 10^digits secrets of the format
+    candidates: Annotated[int, Field(ge=1)] = 999  # random secrets each is ranked among: exposure <= log2(N+1)
+    seed: int = 0
+
+    @field_validator("visits")
+    @classmethod
+    def _distinct(cls, v):
+        if len(set(v)) != len(v):  # a canary is named by its set and visit count
+            raise ValueError(f"expected distinct visit counts, got {v}")
+        return v
+
+
 def _rng(seed: int, *parts: object) -> np.random.Generator:
     key = hashlib.blake2b("\x00".join(map(str, (seed, *parts))).encode(), digest_size=8).digest()
     return np.random.Generator(np.random.PCG64(int.from_bytes(key, "big")))
@@ -76,16 +98,16 @@ def _secret(rng: np.random.Generator, digits: int) -> str:
     return " " + " ".join(str(d) for d in rng.integers(0, 10, digits))
 
 
-def design(cfg: Mapping) -> list[dict]:
+def design(cfg: Canaries) -> list[dict]:
     """The canaries of `tokenize.canaries` (sets x visits), as CANARIES rows: a pure function of the config."""
     rows = []
-    for s in range(cfg["sets"]):
-        for visits in cfg["visits"]:
+    for s in range(cfg.sets):
+        for visits in cfg.visits:
             name = f"s{s}-v{visits}"
-            rng = _rng(cfg["seed"], "canary", name)
+            rng = _rng(cfg.seed, "canary", name)
             tag = "".join(f"{b:02x}" for b in rng.integers(0, 256, 3))  # a distinct prefix per canary
             prefix = f"The secret code of canary {tag} is"
-            secret = _secret(rng, cfg["digits"])
+            secret = _secret(rng, cfg.digits)
             text = prefix + secret
             doc_id = hashlib.blake2b("\x00".join((SOURCE, name, text)).encode(), digest_size=12).hexdigest()
             rows.append({"canary": name, "doc_id": doc_id, "planned_visits": int(visits), "prefix": prefix,
@@ -93,7 +115,7 @@ def design(cfg: Mapping) -> list[dict]:
     return rows
 
 
-def plant(cfg: Mapping, tok, out_dir: str | Path) -> list[dict]:
+def plant(cfg: Canaries, tok, out_dir: str | Path) -> list[dict]:
     """Write the canary documents' tokens (SHARD), CANARIES and their scoring REQUESTS under out_dir; return
     their token index rows (tokenize.INDEX: doc_id, source, bucket, shard, offset, length)."""
     from tokenmill.evaluate.evalset import encode_pair  # lm-eval's split of context and continuation
@@ -103,8 +125,8 @@ def plant(cfg: Mapping, tok, out_dir: str | Path) -> list[dict]:
     schema.write_parquet(canaries, CANARIES, out_dir / TABLE)
     requests = []
     for c in canaries:
-        rng = _rng(cfg["seed"], "candidates", c["canary"])
-        secrets = [c["secret"]] + [_secret(rng, cfg["digits"]) for _ in range(cfg["candidates"])]
+        rng = _rng(cfg.seed, "candidates", c["canary"])
+        secrets = [c["secret"]] + [_secret(rng, cfg.digits) for _ in range(cfg.candidates)]
         for i, secret in enumerate(secrets):
             ctx, cont = encode_pair(tok.encode, c["prefix"], secret, tok.eos_id)
             requests.append({"canary": c["canary"], "candidate": i, "context": ctx, "continuation": cont})

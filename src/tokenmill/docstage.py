@@ -51,14 +51,14 @@ class Processor(Protocol):
     - __call__(doc: dict) -> Outcome, one document at a time.
     A processor is pure: what it returns is its decision, with the reason and every score it measured."""
 
-    def __init__(self, params: Any) -> None: ...
+    def __init__(self, params: Any) -> None: ...  # the stage's typed section (tokenmill.section.Section)
 
 
 @dataclass
 class ShardTask:
     stage: str
     processor: type[Processor]  # pickled by reference: a worker imports its module
-    params: Any  # the processor's params: a typed section (pickled with the task) or a mapping
+    params: Any  # the processor's params: the stage's typed section (frozen), or a mapping
     input_path: str
     out_dir: str
 
@@ -132,7 +132,7 @@ def map_document_shards(stage: str, input_dir: str | Path, processor: type[Proce
     result = StageResult()
     result.input_hashes[input_dir.name] = input_id(input_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
-    params = dict(params) if isinstance(params, Mapping) else params  # a typed section travels as it is
+    params = dict(params) if isinstance(params, Mapping) else params  # a typed section is frozen: passed as it is
     tasks = [ShardTask(stage, processor, params, str(p), str(out_dir)) for p in shards]
     with make_executor(execution_cfg, result.timing) as ex:
         for counts in ex.map(process_shard, tasks, desc=stage):

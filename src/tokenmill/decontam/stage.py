@@ -22,11 +22,10 @@ from tokenmill import columns, schema
 from tokenmill.decontam.ngrams import NgramIndex, _prepare, hash_texts
 from tokenmill.decontam.readers import benchmark_path, read_items
 from tokenmill.docstage import Outcome, map_document_shards
-from tokenmill.runtime import StageResult, sha1_file, tree_digest
 from tokenmill.decontam.params import Decontaminate
+from tokenmill.runtime import StageResult, sha1_file, tree_digest
 
 STAGE = "decontaminate"
-DEFAULTS = Decontaminate.defaults()
 
 # One row per (document, benchmark item) overlap that meets the rule, or NEAR of it (at most MAX_NEAR_MISSES
 # of those per document): the table auditors join on doc_id. item_id is
@@ -54,18 +53,14 @@ MAX_NEAR_MISSES = 20
 BATCH_CHARS = 1 << 18
 
 
-def resolve_params(params: Mapping[str, Any]) -> dict:
-    return Decontaminate.resolve(params).model_dump()
-
-
-def build_index(params: Mapping[str, Any]) -> NgramIndex:
-    p = resolve_params(params)
-    for spec in p["benchmarks"]:  # every path checked before any is read: one clear line for a missing one
+def build_index(params: Decontaminate) -> NgramIndex:
+    specs = [spec.model_dump() for spec in params.benchmarks]  # the readers take a benchmark's mapping
+    for spec in specs:  # every path checked before any is read: one clear line for a missing one
         benchmark_path(spec)
     started = time.perf_counter()
-    items = (it for spec in p["benchmarks"] for it in read_items(spec))
-    index = NgramIndex.build(items, n=int(p["ngram"]), min_item_words=int(p["min_item_words"]),
-                             template_items=int(p["template_items"]), slack=int(p["slack"]))
+    items = (it for spec in specs for it in read_items(spec))
+    index = NgramIndex.build(items, n=params.ngram, min_item_words=params.min_item_words,
+                             template_items=params.template_items, slack=params.slack)
     index.stats["build_seconds"] = round(time.perf_counter() - started, 3)
     return index
 
@@ -73,12 +68,11 @@ def build_index(params: Mapping[str, Any]) -> NgramIndex:
 class DecontamProcessor:
     """Built once per worker (the index is rebuilt there: seconds for ~50k items), called per document."""
 
-    def __init__(self, params: Mapping[str, Any]):
-        p = resolve_params(params)
-        self.threshold = float(p["threshold"])
-        self.min_matches = int(p["min_matches"])
-        self.flag = p["action"] == "flag"
-        self.index = build_index(p)
+    def __init__(self, params: Decontaminate):
+        self.threshold = params.threshold
+        self.min_matches = params.min_matches
+        self.flag = params.action == "flag"
+        self.index = build_index(params)
 
     def __call__(self, doc: Mapping[str, Any]) -> Outcome:
         return next(self.batch([doc]))
@@ -176,25 +170,24 @@ def write_contamination(stage_out_dir: str | Path) -> dict:
             "contaminated_items": len({(r["benchmark"], r["item_id"]) for r in hit})}
 
 
-def benchmark_digests(params: Mapping[str, Any]) -> dict[str, str]:
+def benchmark_digests(params: Decontaminate) -> dict[str, str]:
     """{"benchmark:<name>": content hash} for the run id: the benchmark files are inputs like the documents."""
     out = {}
-    for spec in resolve_params(params)["benchmarks"]:
-        path = benchmark_path(spec)
+    for spec in params.benchmarks:
+        path = benchmark_path(spec.model_dump())
         if path is not None:
-            out[f"benchmark:{spec['name']}"] = tree_digest(path) if path.is_dir() else sha1_file(path)
+            out[f"benchmark:{spec.name}"] = tree_digest(path) if path.is_dir() else sha1_file(path)
     return out
 
 
-def decontaminate(input_dir: str | Path, params: Mapping[str, Any], execution_cfg: Mapping | None,
+def decontaminate(input_dir: str | Path, params: Decontaminate, execution_cfg: Mapping | None,
                   out_dir: str | Path) -> StageResult:
     """A decision per document of input_dir (a stage's output folder) through the shared shard loop, then the
     contamination table, all under out_dir; the benchmark files' digests are inputs of the run."""
-    p = resolve_params(params)
     result = StageResult()
-    result.input_hashes.update(benchmark_digests(p))  # a changed benchmark file is a new run; a missing one
+    result.input_hashes.update(benchmark_digests(params))  # a changed benchmark file is a new run; a missing one
     # fails here, in one line, not in every worker
-    result.record(map_document_shards(STAGE, input_dir, DecontamProcessor, p, execution_cfg, out_dir))
+    result.record(map_document_shards(STAGE, input_dir, DecontamProcessor, params, execution_cfg, out_dir))
     stats = write_contamination(out_dir)  # inside the run: the table lands before the rename
     result.metrics["contamination"] = stats
     result.extra["contamination"] = stats

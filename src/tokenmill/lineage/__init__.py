@@ -19,18 +19,6 @@ from tokenmill.lineage.tables import (ITEM_METRICS, RUN_TABLES, audit_tables, ev
 from tokenmill.lineage.planted import build_planted
 from tokenmill.runtime import StageResult, input_id, read_manifest, write_plot_rows
 from tokenmill.execution.params import Execution
-from tokenmill.lineage.params import Lineage
-
-# The stage's parameters and their defaults: the `lineage:` of conf/config.yaml (tests/test_config.py keeps
-# the two equal). ground_truth is the embedded corpus's planted cases, scored when the file is present; null
-# scores none.
-DEFAULTS = Lineage.defaults()
-
-
-def resolve_params(params: dict | None) -> dict:
-    """params over DEFAULTS: an unknown key or a wrong type is a ParamError naming the full dotted key."""
-    return Lineage.resolve(params).model_dump()
-
 
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
 STAGE_TABLES = {"decontaminate": ["contamination"]}

@@ -20,34 +20,17 @@ from __future__ import annotations
 import hashlib
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tokenmill.mixture.params import Mixture
-from tokenmill.section import check_section
-
+from tokenmill.mixture.params import Phase as PhaseParams
 
 
 class MixtureError(ValueError):
     """A mixture that cannot be planned; the message says which bucket and why."""
-
-
-# The top-level parameters and their defaults: conf/mixture/default.yaml (tests/test_config.py keeps the two
-# equal). name and phases have none: they are what a mixture preset is, so every preset states them.
-DEFAULTS: dict[str, Any] = Mixture.defaults()  # tokenmill.mixture.params.Mixture
-REQUIRED = ("name", "phases")
-
-
-def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.mixture.params.Mixture): a ParamError names the key.
-
-    max_epochs is keyed by bucket names: those not given keep DEFAULTS' (so `{code: 2}` still caps every
-    other bucket at the default).
-    """
-    return Mixture.resolve(params).model_dump()
 
 
 PLAN = pa.schema([
@@ -81,14 +64,11 @@ def _permutation(n: int, seed: int, bucket: str, epoch: int) -> np.ndarray:
     return np.random.Generator(np.random.PCG64(key)).permutation(n)
 
 
-def parse_phases(cfg: Mapping[str, Mapping]) -> list[Phase]:
-    """{name: {fraction, weights}} in training order (a mapping, so `dvc exp show` names every weight),
-    checked by the schema (tokenmill.mixture.params.Mixture: fractions summing to 1, weights >= 0 with a positive sum)."""
-    problems = [p for p in check_section("mixture", {"name": "-", "phases": cfg}, Mixture) if p.startswith("mixture.phases")]
-    if problems:
-        raise MixtureError("; ".join(problems))
-    return [Phase(str(name), float(p["fraction"]), {k: float(v) for k, v in p["weights"].items()})
-            for name, p in cfg.items()]
+def parse_phases(phases: Mapping[str, PhaseParams]) -> list[Phase]:
+    """The resolved section's phases, {name: {fraction, weights}} in training order (a mapping, so `dvc exp
+    show` names every weight), as the plan reads them. The schema (tokenmill.mixture.params.Mixture) has
+    checked them: fractions summing to 1, weights >= 0 with a positive sum."""
+    return [Phase(str(name), p.fraction, dict(p.weights)) for name, p in phases.items()]
 
 
 def split_heldout(index: pa.Table, fraction: float, seed: int) -> pa.Array:

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill import canaries, schema
-from tokenmill.mixture import build_plan, parse_phases, resolve_params, token_budget, tokens_per_step
+from tokenmill.mixture import build_plan, parse_phases, token_budget, tokens_per_step
+from tokenmill.mixture.params import Mixture
 from tokenmill.section import check_section
 from tokenmill.runtime import ParamError, StageResult, input_id, read_manifest, write_plot_rows
 from tokenmill.train.config import TrainConfig
@@ -21,15 +22,15 @@ def _write(table: pa.Table, path: Path) -> None:
     schema.write_parquet(table, table.schema, path)
 
 
-def plan_mixture(input_dir: str | Path, mixture_cfg: Mapping, budget_cfg: Mapping, model_cfg: Mapping,
+def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, model_cfg: Mapping,
                  out_dir: str | Path, plots_dir: str | Path = "plots") -> StageResult:
     """Plan training over input_dir's token index (the tokenize stage's output folder) into out_dir: the plan,
     the held-out documents, per-document and per-bucket tables; the bucket plot goes to plots_dir.
 
+    mixture is the stage's section as the stage script resolved it (tokenmill.mixture.params.Mixture);
     budget_cfg holds the train keys a plan depends on (seq_len, global_batch, token_budget, tokens_per_param)
     and model_cfg the model keys its size depends on: a learning-rate change never re-plans.
     """
-    mixture_cfg = resolve_params(mixture_cfg)  # before any work: a misspelt key stops the stage here
     problems = check_section("train", budget_cfg, TrainConfig)  # the train keys the plan reads, by their schema
     if problems:
         raise ParamError("; ".join(problems))
@@ -38,18 +39,18 @@ def plan_mixture(input_dir: str | Path, mixture_cfg: Mapping, budget_cfg: Mappin
     tok_manifest = read_manifest(tok)
     vocab_size = int(tok_manifest["vocab_size"])
     budget = token_budget(budget_cfg, model_cfg, vocab_size)
-    phases = parse_phases(mixture_cfg["phases"])
+    phases = parse_phases(mixture.phases)
     out = StageResult()
     out.input_hashes[tok.name] = input_id(tok)
     # A budget the user set is what they asked for: a corpus too small for it stops the plan. A derived one
     # (tokens_per_param x parameters) shrinks to what the epoch caps allow, with one warning line.
     planted = pq.read_table(tok / canaries.TABLE).to_pylist() if (tok / canaries.TABLE).exists() else []
-    result = build_plan(index, phases, budget, mixture_cfg["seed"], mixture_cfg["max_epochs"],
-                        mixture_cfg["heldout_fraction"], cap_budget=not budget_cfg.get("token_budget"),
+    result = build_plan(index, phases, budget, mixture.seed, mixture.max_epochs,
+                        mixture.heldout_fraction, cap_budget=not budget_cfg.get("token_budget"),
                         canaries={c["doc_id"]: c["planned_visits"] for c in planted})
     plan = result["plan"]
     if (by := result["capped_by"]) is not None:
-        cap = mixture_cfg["max_epochs"].get(by, mixture_cfg["max_epochs"]["default"])
+        cap = mixture.max_epochs.get(by, mixture.max_epochs["default"])
         print(f"mixture: warning: the corpus is too small for the token budget of {budget:,} "
               f"(train.tokens_per_param x the model's parameters): bucket {by!r} would be repeated "
               f"{budget / result['token_budget'] * cap:.2f} times but max_epochs is {cap}; planning "
@@ -57,7 +58,7 @@ def plan_mixture(input_dir: str | Path, mixture_cfg: Mapping, budget_cfg: Mappin
               file=sys.stderr)
     budget = result["token_budget"]
     if result["missing"]:
-        print(f"mixture: warning: {mixture_cfg['name']} weights "
+        print(f"mixture: warning: {mixture.name} weights "
               f"{', '.join(result['missing'])}, which the corpus lacks; their weight is spread over "
               f"{', '.join(sorted(result['available']))}", file=sys.stderr)
     _write(plan, out_dir / "plan.parquet")
@@ -112,7 +113,7 @@ def plan_mixture(input_dir: str | Path, mixture_cfg: Mapping, budget_cfg: Mappin
               "tokens": b["planned_tokens"]} for b in buckets.to_pylist() if b["phase"]]
     write_plot_rows(plots_dir / "mixture_buckets.json", rows)
     # What training and the audit read without re-deriving it from parameters.
-    out.extra.update({"mixture_name": mixture_cfg["name"], "seq_len": int(budget_cfg["seq_len"]),
+    out.extra.update({"mixture_name": mixture.name, "seq_len": int(budget_cfg["seq_len"]),
                       "global_batch": int(budget_cfg["global_batch"]), "tokens_per_step": step_tokens,
                       "steps": steps, "token_budget": budget, "phases": [p.name for p in phases]})
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 from weakref import WeakKeyDictionary
 
 import numpy as np
@@ -36,20 +36,6 @@ INDEX = pa.schema([
     ("offset", pa.int64()),  # first token of the document in that file
     ("length", pa.int64()),  # tokens of the document; the end-of-text token follows it
 ])
-
-
-# The parameters and their defaults: conf/tokenize/default.yaml, which says what the tiers mean
-# (tests/test_config.py keeps the two equal).
-DEFAULTS: dict[str, Any] = Tokenize.defaults()
-
-
-def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.tokenize.params.Tokenize).
-
-    quality_tiers is keyed by bucket and tier names. A given mapping replaces the default whole (merged,
-    listing only code's tiers would keep web's, and `{}` or null could not turn tiers off).
-    """
-    return Tokenize.resolve(params).model_dump()
 
 
 def tier_of(score: float | None, tiers: Mapping[str, float]) -> str:
@@ -182,13 +168,14 @@ def tokenize_shard(task: TokenizeTask) -> dict:
     return {"documents": len(docs), "tokens": tokens}
 
 
-def tokenize_documents(input_dir: str | Path, tokenizer_dir: str | Path, scores_dir: str | Path, params: Mapping,
+def tokenize_documents(input_dir: str | Path, tokenizer_dir: str | Path, scores_dir: str | Path, params: Tokenize,
                        execution_cfg: Mapping | None, out_dir: str | Path) -> StageResult:
     """Tokenize input_dir's documents (a stage's output folder) with tokenizer_dir's model into out_dir: token
-    shards and their index; quality tiers come from the `quality_score` in scores_dir's decisions."""
+    shards and their index; quality tiers come from the `quality_score` in scores_dir's decisions. params: the
+    stage's section (tokenmill.tokenize.params.Tokenize; its parameters and their defaults:
+    conf/tokenize/default.yaml, which says what the tiers mean)."""
     from tokenmill.tokenizer import Tokenizer
 
-    params = resolve_params(params)  # before any work: a misspelt key stops the stage here
     input_dir, tok_dir, scores_dir = Path(input_dir), Path(tokenizer_dir), Path(scores_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
     tok = Tokenizer(tok_dir)
@@ -196,16 +183,16 @@ def tokenize_documents(input_dir: str | Path, tokenizer_dir: str | Path, scores_
     result = StageResult()
     result.input_hashes[input_dir.name] = input_id(input_dir)
     result.input_hashes[tok_dir.name] = input_id(tok_dir)
-    if params["quality_tiers"]:
+    if params.quality_tiers:
         result.input_hashes[scores_dir.name] = input_id(scores_dir)
-    tiers = tier_cutoffs(params["quality_tiers"], input_dir / "documents", quality)
+    tiers = tier_cutoffs(params.quality_tiers, input_dir / "documents", quality)
     result.extra["quality_tier_cutoffs"] = tiers
     tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,
                           str(tok_dir), str(out_dir), tiers) for p in shards]
     with make_executor(execution_cfg, result.timing) as ex:
         results = ex.map(tokenize_shard, tasks, desc=STAGE)
     # The canaries (tokenmill.canaries): their own token file and index shard, beside the documents'.
-    planted = canaries.plant(params["canaries"], tok, out_dir)
+    planted = canaries.plant(params.canaries, tok, out_dir)
     schema.write_parquet(planted, INDEX, Path(out_dir) / "index" / "canaries.parquet")
     # Consumers (mixture, training) need these without loading the tokenizer.
     result.extra.update({"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name})

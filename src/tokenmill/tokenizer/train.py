@@ -29,35 +29,25 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from tokenmill.tokenizer.params import Tokenizer
 from tokenmill.runtime import ParamError, temporary
 
 from .core import token_dtype
+from .params import Tokenizer as TokenizerParams
 from .sample import Source, as_stream, write_sample
 
-DEFAULTS: dict[str, Any] = {k: v for k, v in Tokenizer.defaults().items() if k != "sample_weights"}
-
 FILES = ("tokenizer.model", "tokenizer.vocab", "meta.json", "hf/tokenizer.json", "hf/tokenizer_config.json")
-
-
-def resolve_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """params over DEFAULTS, checked by the schema (tokenmill.tokenizer.params.Tokenizer); the sample weights are the
-    stage's, not the trainer's."""
-    p = Tokenizer.resolve(params).model_dump()
-    p.pop("sample_weights")
-    return p
 
 
 def reserved_pieces(n: int) -> list[str]:
     return [f"<reserved_{i}>" for i in range(n)]
 
 
-def sentencepiece_options(p: Mapping[str, Any]) -> dict[str, Any]:
-    """The SentencePieceTrainer arguments for resolved params (everything but input and output)."""
+def sentencepiece_options(p: TokenizerParams) -> dict[str, Any]:
+    """The SentencePieceTrainer arguments for the stage's params (everything but input and output)."""
     opts = dict(
-        model_type=p["model_type"],
-        vocab_size=int(p["vocab_size"]),
-        character_coverage=float(p["character_coverage"]),
+        model_type=p.model_type,
+        vocab_size=p.vocab_size,
+        character_coverage=p.character_coverage,
         # Lossless text (NOTES.md).
         normalization_rule_name="identity",
         remove_extra_whitespaces=False,
@@ -65,16 +55,16 @@ def sentencepiece_options(p: Mapping[str, Any]) -> dict[str, Any]:
         allow_whitespace_only_pieces=True,
         byte_fallback=True,
         split_digits=True,
-        user_defined_symbols=p["user_defined_symbols"],
-        control_symbols=reserved_pieces(int(p["num_reserved"])),
+        user_defined_symbols=list(p.user_defined_symbols),
+        control_symbols=reserved_pieces(p.num_reserved),
         unk_id=0, bos_id=1, eos_id=2, pad_id=3,
-        unk_piece=p["unk_piece"], bos_piece=p["bos_piece"], eos_piece=p["eos_piece"], pad_piece=p["pad_piece"],
-        max_sentencepiece_length=int(p["max_piece_length"]),
-        max_sentence_length=int(p["max_sentence_bytes"]),
+        unk_piece=p.unk_piece, bos_piece=p.bos_piece, eos_piece=p.eos_piece, pad_piece=p.pad_piece,
+        max_sentencepiece_length=p.max_piece_length,
+        max_sentence_length=p.max_sentence_bytes,
         # Deterministic: every line, in file order, fixed threads.
         input_sentence_size=0,
         shuffle_input_sentence=False,
-        num_threads=int(p["num_threads"]),
+        num_threads=p.num_threads,
         minloglevel=2,
     )
     # A sample too small for vocab_size yields fewer pieces instead of failing ("Vocabulary size too high"):
@@ -100,14 +90,15 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def train_tokenizer(texts_by_bucket: Source, weights: Mapping[str, float] | None, params: Mapping[str, Any] | None,
+def train_tokenizer(texts_by_bucket: Source, weights: Mapping[str, float] | None, params: TokenizerParams,
                     out_dir: Path | str) -> dict:
     """Train on a bucket-weighted sample; write the model, its vocabulary and the HF tokenizer to out_dir.
 
     texts_by_bucket: {bucket: [texts]} or a callable returning a fresh iterator of (bucket, text) pairs
     (e.g. sample.parquet_source(paths)); it is read twice. weights: {bucket: weight}, normalised over the
     buckets that have text (a weighted bucket without any is reported under missing_buckets); None: the
-    corpus's own proportions.
+    corpus's own proportions. params: the stage's section (tokenmill.tokenizer.params.Tokenizer); its
+    sample_weights are the stage's, not the trainer's (the stage passes them as weights).
     Writes out_dir/tokenizer.model, tokenizer.vocab, meta.json (deterministic) and hf/ (tokenizer.json,
     tokenizer_config.json, ...). Returns meta plus timings.
     """
@@ -115,22 +106,22 @@ def train_tokenizer(texts_by_bucket: Source, weights: Mapping[str, float] | None
 
     from .hf import save_hf
 
-    p = resolve_params(params)
+    p = params
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tokenmill-spm-") as tmp:
         sample_path = Path(tmp) / "sample.txt"
-        sample = write_sample(as_stream(texts_by_bucket), weights, int(p["sample_bytes"]), int(p["seed"]),
-                              sample_path, int(p["max_sentence_bytes"]))
+        sample = write_sample(as_stream(texts_by_bucket), weights, p.sample_bytes, p.seed,
+                              sample_path, p.max_sentence_bytes)
         sampled = time.perf_counter()
-        spm.set_random_generator_seed(int(p["seed"]))
+        spm.set_random_generator_seed(p.seed)
         try:
             spm.SentencePieceTrainer.train(input=str(sample_path), model_prefix=str(Path(tmp) / "tokenizer"),
                                            **sentencepiece_options(p))
         except RuntimeError as exc:  # what only the sample decides: its characters need room in the vocabulary
             raise ParamError(f"tokenizer: SentencePiece cannot train on this sample with vocab_size "
-                             f"{p['vocab_size']}, character_coverage {p['character_coverage']}: "
+                             f"{p.vocab_size}, character_coverage {p.character_coverage}: "
                              f"{str(exc).strip().splitlines()[-1]}") from None
         trained = time.perf_counter()
         model = _scrub_model((Path(tmp) / "tokenizer.model").read_bytes())
@@ -139,14 +130,14 @@ def train_tokenizer(texts_by_bucket: Source, weights: Mapping[str, float] | None
 
     sp = spm.SentencePieceProcessor(model_proto=model)
     meta = {
-        "params": p,
-        "model_type": p["model_type"],
+        "params": p.model_dump(exclude={"sample_weights"}),  # the trainer's: the weights are in the sample's shares
+        "model_type": p.model_type,
         "vocab_size": sp.get_piece_size(),  # may end below the request on a small sample (hard_vocab_limit)
-        "requested_vocab_size": int(p["vocab_size"]),
+        "requested_vocab_size": p.vocab_size,
         "dtype": token_dtype(sp.get_piece_size()).name,
         "special_ids": {"unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id(), "pad": sp.pad_id()},
-        "reserved_ids": {piece: sp.piece_to_id(piece) for piece in reserved_pieces(int(p["num_reserved"]))},
-        "user_defined_ids": {piece: sp.piece_to_id(piece) for piece in p["user_defined_symbols"]},
+        "reserved_ids": {piece: sp.piece_to_id(piece) for piece in reserved_pieces(p.num_reserved)},
+        "user_defined_ids": {piece: sp.piece_to_id(piece) for piece in p.user_defined_symbols},
         "adds_bos": False,
         "document_separator": "eos",
         "model_sha1": hashlib.sha1(model).hexdigest(),
