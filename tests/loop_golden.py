@@ -158,7 +158,6 @@ def live_series(live: Path) -> dict:
 
 def run(work: Path) -> dict:
     """The scenario in this process (TOKENMILL_FAULT set here); returns the record."""
-    import torch  # noqa: F401  (before the corpus: the tokenizer's threads do not matter, torch's do)
     from safetensors.torch import load_file
     from train_helpers import build_corpus
 
