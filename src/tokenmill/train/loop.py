@@ -554,7 +554,8 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
             print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {now.record['grad_norm']:.4f})",
                   flush=True)
         run.state["step"] = step + 1
-        if any(duty.after_step(run, now) for duty in duties):  # rolled back: run.state is a checkpoint's
+        # True from a duty (Rollback): the run is back at a checkpoint, and any() asks no later duty about the step.
+        if any(duty.after_step(run, now) for duty in duties):
             for duty in duties:
                 duty.at_rollback(run)
             step = run.state["step"]
