@@ -790,7 +790,7 @@ def test_a_step_reads_the_device_once_and_a_logging_step_three_times(corpus):
 
 
 class _Clock:
-    """tokenmill.train.loop's `time`, its perf_counter moved only by the test: a step's time and an
+    """tokenmill.train.duties' `time`, its perf_counter moved only by the test: a step's time and an
     evaluation's time are whatever the test says they were."""
 
     def __init__(self):
@@ -813,6 +813,7 @@ def test_heldout_loss_beats_the_unigram_entropy_and_audit_step_tokens_match_the_
     for each logging interval is that interval's steps' tokens over their time, also when an evaluation falls
     inside the interval (an H200 run logged twice its throughput, 119% MFU: the clock was reset after the
     evaluation but the steps before it kept their tokens), and metrics.json holds the whole run's."""
+    import tokenmill.train.duties as duties
     import tokenmill.train.loop as loop
 
     steps, sequences = 128, 32
@@ -829,7 +830,7 @@ def test_heldout_loss_beats_the_unigram_entropy_and_audit_step_tokens_match_the_
         clock.now += 7.0
         return real_heldout(trainer, sequences_)
 
-    monkeypatch.setattr(loop, "time", clock)
+    monkeypatch.setattr(duties, "time", clock)  # the steps' clock (Throughput) and the intervals' (LiveLogging)
     monkeypatch.setattr(loop, "train_step", timed_step)
     monkeypatch.setattr(loop.Trainer, "heldout_loss", timed_heldout)
     summary = _run(corpus, tmp_path / "run", monkeypatch, max_steps=steps, checkpoint={"interval": 32},

@@ -196,7 +196,7 @@ def test_a_killed_then_a_hung_rank_restart_the_run_which_ends_as_if_undisturbed(
     assert "; torchrun saw local rank 1 fail first (killed by signal 9)" in killed["cause"], killed
     # Both watchdogs fire; the cause is the rank the other waited for (rank 0 was inside a collective).
     assert hung["cause"].startswith("rank 1: rank 1 made no progress for "), hung
-    assert "at step 6, in loop.py:" in hung["cause"] and "(watchdog" in hung["cause"], hung
+    assert "at step 6, in duties.py:" in hung["cause"] and "(watchdog" in hung["cause"], hung
     (row,) = run_records(tmp_path / "runs").to_pylist()
     assert json.loads(row["restarts"]) == [killed, hung]
 

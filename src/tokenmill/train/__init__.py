@@ -8,7 +8,9 @@ tensor parallel on gloo, and NCCL on GPU nodes (contract 10 of DESIGN.md).
     schedule.py  learning-rate schedules
     metrics.py   MFU, peak FLOPs per device
     checkpoint.py  atomic DCP checkpoints, resume under any layout
-    loop.py      train(run_cfg, data_root, out_dir, live_dir) -> summary
+    loop.py      train(run_cfg, data_root, out_dir, live_dir) -> summary; the step (train_step) and its cadence
+    duties.py    the run's periodic duties the loop calls at its hooks (evaluation, checkpoints, rollback, ...)
+    runstate.py  the run state a checkpoint carries
 
 Importing this package does not import torch (the mixture stage uses config.model_size).
 """

@@ -237,7 +237,7 @@ def _parse_fault(spec: str) -> dict:
     collapse_embedding: before that step the embedding's rows are put onto one direction; hang_at, kill_at:
     once per run (tokenmill.train.faults.fire_once), the last rank sleeps for good, or kills itself, before
     that step; corrupt_weights_at: once per run, the last rank's parameters are nudged before that step;
-    poison_step: that step's update is applied at 1000x the learning rate (loop.py), a bad update the spike
+    poison_step: that step's update is applied at 1000x the learning rate (duties.py), a bad update the spike
     guard cannot see coming, which sends the loss up for good (a rollback's test)."""
     out: dict = {}
     known = ("corrupt_step", "kill_in_checkpoint", "slow_checkpoint", "collapse_embedding", "hang_at", "kill_at",

@@ -3,7 +3,10 @@
 Runs in one plain process (it creates a 1-process gloo group) or under torchrun (env:// init, NCCL on GPU).
 Per step: the step's global batch from the plan (this rank's slice, in micro-batches), forward and backward
 (loss_parallel under TP), the global loss and gradient norm, a verdict (non-finite, loss spike, gradient-norm
-spike: skip the update and record the step's documents), clipping, AdamW. Rank 0 logs to DVCLive.
+spike: skip the update and record the step's documents), clipping, AdamW (train_step). Around the step the loop
+is cadence only (_run): the run's periodic duties (evaluation, checkpoints, rollback, health alarms, DVCLive on
+rank 0, canaries, the watchdog, the throughput, the faults tests inject) are objects of duties.py that it calls
+at their hooks.
 
 Output directory (out_dir), every file a function of config + data only (timings go to DVCLive and to the
 returned summary's "timing"):
@@ -21,16 +24,13 @@ returned summary's "timing"):
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime
 import functools
 import json
 import math
 import os
-import resource
 import socket
-import time
 from pathlib import Path
 from typing import Mapping
 
@@ -43,20 +43,21 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from tokenmill import schema
-from tokenmill.canaries import EXPOSURE, CanaryRequests
-from tokenmill.evaluate.evalset import METRICS, EvalSet, benchmark_means
+from tokenmill.canaries import EXPOSURE
+from tokenmill.evaluate.evalset import EvalSet, benchmark_means
 from tokenmill.train.checkpoint import Checkpointer
 from tokenmill.train.config import (RunConfig, TrainConfigError, mesh_shape, model_size, parse_run, run_steps,
                                     token_budget)
-from tokenmill.train.data import BatchLoader, PlanStream, _parse_fault, heldout_sequences
-from tokenmill.train.faults import Watchdog, attempt, fire_once, record_resume
-from tokenmill.train.health import (HEALTH, HEALTH_ALARMS, Health, collapse, corrupt, optimizer_params,
-                                    replica_mismatch)
-from tokenmill.train.metrics import mfu, peak_flops
+from tokenmill.train.data import BatchLoader, PlanStream, heldout_sequences
+from tokenmill.train.duties import (Canaries, Checkpointing, Evaluation, FaultInjection, HealthAlarms, Heartbeat,
+                                    LiveLogging, Rollback, Run, Step, Throughput)
+from tokenmill.train.faults import attempt, record_resume
+from tokenmill.train.health import HEALTH, HEALTH_ALARMS, Health
+from tokenmill.train.metrics import peak_flops
 from tokenmill.train.model import Transformer, lm_loss
 from tokenmill.train.parallel import Layout, build_mesh, parallelize, set_micro_batch, write_param
-from tokenmill.train.profile import StepProfiler
-from tokenmill.train.rollback import ROLLBACKS, lr_scale, new_track, replays, rollback_row, skipped, watch
+from tokenmill.train.rollback import ROLLBACKS, replays, skipped
+from tokenmill.train.runstate import TrainError, complete_state, new_state, set_rng_state
 from tokenmill.train.schedule import make_schedule
 
 STEPS = pa.schema([
@@ -89,10 +90,6 @@ HELDOUT = pa.schema([("step", pa.int64()), ("bucket", pa.string()), ("loss", pa.
 BENCHMARKS = pa.schema([("step", pa.int64()), ("benchmark", pa.string()), ("metric", pa.string()),
                         ("all", pa.float64()), ("all_stderr", pa.float64()), ("clean", pa.float64()),
                         ("clean_stderr", pa.float64())])
-
-
-class TrainError(RuntimeError):
-    """A run that cannot go on (diverged, empty plan); the message says why."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -417,60 +414,6 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, healt
 # The run
 
 
-def _rank_fault(fault: Mapping, step: int, rank: int, world: int, params: list[torch.Tensor]) -> None:
-    """TOKENMILL_FAULT kill_at / hang_at / corrupt_weights_at, once per run (so torchrun's restart gets past
-    it): the last rank kills itself, sleeps for good while the others wait for it in the step's first
-    collective, or has its parameters nudged."""
-    if rank != world - 1:
-        return
-    if step in fault.get("corrupt_weights_at", ()) and fire_once("corrupt_weights_at", step):
-        corrupt(params)
-    if step in fault.get("kill_at", ()) and fire_once("kill_at", step):
-        os.kill(os.getpid(), 9)
-    if step in fault.get("hang_at", ()) and fire_once("hang_at", step):
-        time.sleep(10**6)
-
-
-def _share_token_hashes(state: dict) -> None:
-    """Only rank 0 hashes the steps' tokens (data.BatchLoader, `record`); before a checkpoint the other ranks'
-    records get its hashes since the last one, because DCP keeps one rank's copy of the trainer state, whichever
-    it is. One broadcast of 32 characters per step, per checkpoint."""
-    start = state.get("hashes_shared", 0)
-    hashes = [[r["tokens_hash"] for r in state["records"][start:]]]
-    dist.broadcast_object_list(hashes, src=0)
-    for record, digest in zip(state["records"][start:], hashes[0]):
-        record["tokens_hash"] = digest
-    state["hashes_shared"] = len(state["records"])
-
-
-def _complete(state: dict) -> dict:
-    """The run state's parts that checkpoints written before them lack."""
-    for key, empty in (("health", []), ("health_alarms", []), ("health_state", {}), ("rollbacks", []),
-                       ("excursion", None)):
-        state.setdefault(key, empty)
-    state["excursion"] = state["excursion"] or new_track()
-    return state
-
-
-def _rng_state() -> dict:
-    state = {"cpu": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = base64.b64encode(torch.cuda.get_rng_state().numpy().tobytes()).decode()
-    return state
-
-
-def _set_rng_state(state: Mapping) -> None:
-    torch.set_rng_state(torch.from_numpy(np.frombuffer(base64.b64decode(state["cpu"]), dtype=np.uint8).copy()))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(torch.from_numpy(np.frombuffer(base64.b64decode(state["cuda"]), dtype=np.uint8).copy()))
-
-
-def _peak_memory(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
-
-
 def plan_steps(cfg: RunConfig, stream: PlanStream, params: int) -> int:
     """Steps this run takes: its token budget (a scout's is smaller than the plan's), the plan, max_steps."""
     t = cfg.train
@@ -542,274 +485,95 @@ def train(run_cfg: Mapping, data_root: str | Path, out_dir: str | Path, live_dir
             dist.destroy_process_group()
 
 
-def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path, live_dir: Path | None,
-         stop_after: int | None, requests: EvalSet | None = None) -> dict:
+def _set_up(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path,
+            stop_after: int | None) -> tuple[Run, FaultInjection]:
+    """The run's trainer, schedule and checkpointer, and its state: resumed from the newest checkpoint, or new."""
     t = cfg.train
-    rank = dist.get_rank()
     size = model_size(cfg.model, stream.vocab_size, t.seq_len)
     total_steps = plan_steps(cfg, stream, size["params"])
-    eval_at, window = evaluation_steps(total_steps, t.logging), noise_window(total_steps, t.logging)
     trainer = Trainer(cfg, stream, device)
     if t.data_seed is not None:  # the run's own windows in a seeded order, phase by phase
         trainer.loader.order = trainer.loader.seeded_order(total_steps, t.data_seed)
     decay_at = stream.phase_start(t.schedule.decay_phase) if t.schedule.decay_phase else None
     schedule = make_schedule(t.schedule, t.optimizer.lr, total_steps,
                              None if decay_at is None else decay_at // t.tokens_per_step)
-    fault = _parse_fault(os.environ.get("TOKENMILL_FAULT", ""))
+    rank, devices = dist.get_rank(), dist.get_world_size()
+    fault = FaultInjection.from_env(rank, devices)
     asynchronous = t.checkpoint.asynchronous if t.checkpoint.asynchronous != "auto" else device.type == "cuda"
-    ckpt = Checkpointer(out_dir / "checkpoints", t.checkpoint.keep, kill_at=fault.get("kill_in_checkpoint"),
+    ckpt = Checkpointer(out_dir / "checkpoints", t.checkpoint.keep, kill_at=fault.get("kill_in_checkpoint", None),
                         asynchronous=asynchronous, write_delay=max(fault.get("slow_checkpoint", {0})))
     ckpt.clean()
     state = ckpt.load_latest(trainer.model, trainer.optimizer)
     resumed = state is not None
     if resumed:
-        _set_rng_state(state["rng"])
+        set_rng_state(state["rng"])
         if state["step"] > total_steps:
             raise TrainError(f"the checkpoint in {ckpt.root} is at step {state['step']}, past this run's "
                              f"{total_steps} steps")
     else:
-        state = {"step": 0, "records": [], "spikes": [], "heldout": [], "bench": [], "losses": [], "norms": [],
-                 "consecutive": 0}
+        state = new_state()
     if rank == 0:
         record_resume(state["step"])  # a restarted attempt: the step it resumed from (tokenmill.train.faults)
-    _complete(state)
-    health = Health(trainer.model, t.health, state["health_state"]) if t.health.enabled else None
+    complete_state(state)
+    peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", t.logging.peak_flops)
+    run = Run(cfg, trainer, state, ckpt, schedule, total_steps, size, device, resumed, stop_after, rank, devices, peak)
+    run.health = Health(trainer.model, t.health, state["health_state"]) if t.health.enabled else None
+    return run, fault
+
+
+def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path, live_dir: Path | None,
+         stop_after: int | None, requests: EvalSet | None = None) -> dict:
+    """The cadence of a run: the set-up, then each step between its duties' hooks (duties.py), then the end."""
+    t = cfg.train
+    run, fault = _set_up(cfg, stream, device, out_dir, stop_after)
     heldout = heldout_sequences(stream.tokens_dir, stream.plan_dir, t.seq_len, t.logging.eval_sequences,
                                 stream.eos_id, stream.dtype)
-
-    live = None
-    if rank == 0 and live_dir is not None:
-        from dvclive import Live
-
-        # dvcyaml=False: the stage's dvc.yaml declares the plots; DVCLive must not rewrite it.
-        live = Live(str(live_dir), resume=resumed, save_dvc_exp=False, dvcyaml=False, report=None)
-
-    timing = {"step_seconds": [], "tokens": 0, "benchmark_eval_seconds": 0.0}
-
-    def roll_back(reason: str, excursion: dict, step: int) -> None:
-        """Model, optimizer and run state back to the newest checkpoint written before the update that preceded
-        the excursion's first step, the rollback recorded (rollback.py); a TrainError when none may be done."""
-        rollbacks, start, r = state["rollbacks"], excursion["start"], t.rollback
-        what = (f"the loss stayed above its band (mean {excursion['band_mean']:.4f}, upper edge "
-                f"{excursion['band_upper']:.4f}) for {r.window} steps from step {start}"
-                if reason == "unrecovered_excursion" else
-                f"{state['consecutive']} steps in a row skipped up to step {step} (last: "
-                f"{state['records'][-1]['skip_reason']}, loss {state['records'][-1]['loss']:.4f})")
-        if not r.enabled or len(rollbacks) >= r.max_rollbacks:
-            raise TrainError(f"{what}, after {len(rollbacks)} rollbacks (train.rollback.max_rollbacks "
-                             f"{r.max_rollbacks}{'' if r.enabled else ', rollback disabled'}): the run diverged")
-        ckpt.wait()
-        loaded = ckpt.load_latest(trainer.model, trainer.optimizer, at_most=start - 1)
-        if loaded is None:
-            raise TrainError(f"{what}, and no checkpoint was written before step {start - 1} to roll back to "
-                             f"(train.checkpoint.interval {t.checkpoint.interval}): the run diverged")
-        row = rollback_row(rollbacks, reason, excursion, step, loaded["step"], state["records"], trainer.loader, r)
-        ckpt.drop_after(loaded["step"])
-        _complete(loaded)
-        state.clear()
-        state.update(loaded, rollbacks=rollbacks + [row])
-        _set_rng_state(state["rng"])
-        if rank == 0:
-            steps = row["skipped_steps"]
-            print(f"train: rollback {row['rollback']} of at most {r.max_rollbacks}: {what}; back to the checkpoint "
-                  f"at step {row['resumed_from']}, the batches of steps {steps[0]}-{steps[-1]} skipped "
-                  f"({len(row['doc_ids'])} documents), learning rate x{row['lr_scale']:g}", flush=True)
-        if live is not None:
-            live.log_metric("train/rollbacks", len(state["rollbacks"]), plot=False)
-
-    def evaluate(step_done: int) -> dict[str, float]:
-        out = {}
-        for bucket, seqs in heldout.items():
-            loss, n = trainer.heldout_loss(seqs)
-            if n:
-                out[bucket] = loss
-                state["heldout"].append({"step": step_done, "bucket": bucket, "loss": loss, "sequences": n})
-        scores = {}
-        # Benchmarks at the noise window only: their spread there is the run's σ, and each evaluation costs
-        # about as much as several training steps of a small model (RESULTS.md, "Evaluation").
-        if requests is not None and len(requests) and step_done in window:
-            started = time.perf_counter()
-            scores = requests.scores(trainer.loglikelihoods(requests.windows, requests.n_cont))
-            timing["benchmark_eval_seconds"] += time.perf_counter() - started
-            for bench, metrics in scores.items():
-                for metric, s in metrics.items():
-                    state["bench"].append({"step": step_done, "benchmark": bench, "metric": metric,
-                                           **{k: s[k] for k in ("all", "all_stderr", "clean", "clean_stderr")}})
-        if live is not None and (out or scores):
-            live.step = step_done
-            for bucket, loss in out.items():
-                live.log_metric(f"heldout/{bucket}/loss", loss)
-            means = benchmark_means(scores)
-            for metric in METRICS:
-                if metric in means:
-                    live.log_metric(f"benchmarks/{metric}", means[metric])
-        return out
-
-    start_step = state["step"]
-    if state["step"] == 0 and not state["heldout"]:
-        evaluate(0)
-    peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", t.logging.peak_flops)
-    devices = dist.get_world_size()
-    def timing_of() -> dict:
-        """Throughput over the steps this process ran, the first left out (compilation, allocator warm-up)."""
-        secs = timing["step_seconds"][1:] or timing["step_seconds"]
-        tps = len(secs) * t.tokens_per_step / sum(secs) if secs and sum(secs) > 0 else None
-        return {
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "devices": devices, "steps_timed": len(secs), "tokens_per_second": tps,
-            "tokens_per_second_per_device": tps / devices if tps else None,
-            "mfu": mfu(tps, size["flops_per_token"], devices, peak) if tps else None,
-            "mfu_causal": mfu(tps, size["flops_per_token_causal"], devices, peak) if tps else None,
-            "peak_flops_per_device": peak, "peak_memory_bytes": _peak_memory(device),
-            "resumed_from_step": start_step if resumed else None,
-            "benchmark_eval_seconds": round(timing["benchmark_eval_seconds"], 3),
-            "canary_eval_seconds": round(timing.get("canary_eval_seconds", 0.0), 3),
-            # The first step holds torch.compile and the allocator's warm-up; checkpoints are outside the step
-            # timer, so the loop's wall time beside the steps' says what they cost.
-            "first_step_seconds": timing["step_seconds"][0] if timing["step_seconds"] else None,
-            "loop_seconds": time.perf_counter() - loop_started,
-            "checkpoint_save_seconds": [round(x, 3) for x in ckpt.save_seconds],
-            "checkpoint_load_seconds": ckpt.load_seconds,
-        }
-
-    profiler = StepProfiler(rank, device.type)  # TOKENMILL_PROFILE; nothing otherwise
-    watchdog = Watchdog(t.launch.watchdog_seconds, rank)  # a hung rank ends, named, and torchrun restarts
-    loop_started = time.perf_counter()
-    # Throughput per logging interval counts the steps' own time, as timing_of() does for the run: evaluations and
-    # checkpoints in the interval are not training. (Resetting only the clock after an evaluation, as before, kept
-    # the tokens of the steps before it: on one H200 the log showed 185k tokens/s, 119% MFU, for a 92.8k run.)
-    interval_seconds, interval_tokens = 0.0, 0
-    step = state["step"]
-    while step < total_steps:
-        watchdog.beat(step)
-        _rank_fault(fault, step, rank, devices, optimizer_params(trainer.optimizer))  # tests only (TOKENMILL_FAULT)
-        started = time.perf_counter()
-        last = step + 1 == total_steps
-        logging_step = (step + 1) % t.logging.log_interval == 0 or last
-        # The per-group measurements ride on the logging steps (not on a batch a rollback skips: no gradient).
-        probe = health if logging_step and step not in skipped(state["rollbacks"]) else None
-        if step in fault.get("collapse_embedding", ()) and health is not None:
-            collapse(health.embedding)  # the sharded table (health.py: optimizer_params says why not the module's)
-        lr = schedule.lr(step) * lr_scale(state["rollbacks"], t.rollback)
-        if step in fault.get("poison_step", ()) and step not in skipped(state["rollbacks"]):
-            lr *= 1000.0  # tests only: an update whose loss and gradient norm look normal wrecks the model
-        record = train_step(trainer, step, lr, state, t.spike, probe)
-        state["records"].append(record)
-        reason, loss = record["skip_reason"], record["loss"]
-        if reason is not None and reason != "rolled_back" and rank == 0:
-            print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {record['grad_norm']:.4f})",
+    live = LiveLogging.open(run, live_dir)  # rank 0 with a live folder: DVCLive (run.live)
+    evaluation = Evaluation(heldout, requests, evaluation_steps(run.total_steps, t.logging),
+                            noise_window(run.total_steps, t.logging))
+    throughput = Throughput()
+    # Every hook is called on the duties in this one order, the order of the run's side effects: before a step
+    # the watchdog's beat, the faults, the step's clock; after it the clock, a rollback (no later duty sees an
+    # undone step), health, DVCLive, the evaluation, the checkpoint; at the end the canaries are scored before
+    # the watchdog and the profiler close.
+    duties = [Canaries(), Heartbeat(t.launch.watchdog_seconds, run.rank), fault, throughput, Rollback(),
+              HealthAlarms(), *([live] if live is not None else []), evaluation, Checkpointing()]
+    if run.state["step"] == 0 and not run.state["heldout"]:
+        evaluation.at_evaluation(run, 0)
+    for duty in duties:
+        duty.at_start(run)
+    step = run.state["step"]
+    while step < run.total_steps:
+        now = Step.of(run, step)
+        for duty in duties:
+            duty.before_step(run, now)
+        now.record = train_step(run.trainer, step, now.lr, run.state, t.spike, now.probe)
+        run.state["records"].append(now.record)
+        reason, loss = now.record["skip_reason"], now.record["loss"]
+        if reason is not None and reason != "rolled_back" and run.rank == 0:
+            print(f"train: step {step} skipped ({reason}: loss {loss:.4f}, grad norm {now.record['grad_norm']:.4f})",
                   flush=True)
-        # No synchronize: the read of the loss above already waited for forward and backward; the optimizer's
-        # kernels run on while the host reads the next batch, and are counted in the next step's time.
-        elapsed = time.perf_counter() - started
-        timing["step_seconds"].append(elapsed)
-        profiler.step()
-        interval_seconds += elapsed
-        interval_tokens += t.tokens_per_step
-        state["step"] = step + 1
-        # An excursion that does not come back, or too many skips in a row: roll back (rollback.py), or stop.
-        excursion = watch(state["excursion"], step, record["phase"], loss, t.rollback, t.spike) \
-            if t.rollback.enabled else None
-        why = "unrecovered_excursion" if excursion is not None else None
-        if state["consecutive"] > t.spike.max_consecutive:  # from the open excursion's start, if earlier
-            first = step - state["consecutive"] + 1
-            why, excursion = "consecutive_skips", {"start": min(first, state["excursion"]["start"] or first)}
-        if why is not None:
-            roll_back(why, excursion, step)
-            health = Health(trainer.model, t.health, state["health_state"]) if t.health.enabled else None
-            step = state["step"]
-            interval_seconds, interval_tokens = 0.0, 0
+        run.state["step"] = step + 1
+        # True from a duty (Rollback): the run is back at a checkpoint, and any() asks no later duty about the step.
+        if any(duty.after_step(run, now) for duty in duties):
+            for duty in duties:
+                duty.at_rollback(run)
+            step = run.state["step"]
             continue
-        start = state["excursion"]["start"]
-        ckpt.pin = None if start is None else start - 1  # the checkpoint a rollback would return to is kept
-
-        sigma = None
-        if probe is not None:
-            if health.sigma_due(step + 1):  # every rank takes part: the embedding is gathered
-                sigma, state["health_state"]["sigma_at"] = health.sigma_ratio(), step + 1
-            for alarm in health.alarms(step, sigma):
-                state["health_alarms"].append(alarm)
-                if rank == 0:
-                    print(f"train: warning: step {step}: {alarm['alarm']} in {alarm['group']}: "
-                          f"{alarm['value']:.3g} > {alarm['threshold']:.3g}" + (
-                              " (embedding sigma1/sigma2: its rows are collapsing onto one direction)"
-                              if alarm["alarm"] == "embedding_collapse" else
-                              f" (gradient-norm growth over {t.health.drift_horizon} steps)"), flush=True)
-        if live is not None and logging_step:
-            tps = interval_tokens / interval_seconds if interval_seconds > 0 else 0.0
-            live.step = step + 1
-            if loss is not None:  # none on a batch a rollback skips
-                live.log_metric("train/loss", loss)
-                live.log_metric("train/grad_norm", record["grad_norm"])
-            live.log_metric("train/lr", record["lr"])
-            live.log_metric("perf/tokens_per_second", tps)
-            live.log_metric("perf/memory_gib", _peak_memory(device) / 2**30)
-            for row in state["health"][-len(health.groups):] if probe is not None else []:  # this step's
-                live.log_metric(f"health/{row['group']}/grad_norm", row["grad_norm"])
-                if row["update_ratio"] is not None:
-                    live.log_metric(f"health/{row['group']}/update_ratio", row["update_ratio"])
-            if sigma is not None:
-                live.log_metric("health/embedding_sigma_ratio", sigma)
-            if probe is not None:
-                live.log_metric("health/alarms", len(state["health_alarms"]))
-            for name, key in (("perf/mfu", "flops_per_token"), ("perf/mfu_causal", "flops_per_token_causal")):
-                value = mfu(tps, size[key], devices, peak)
-                if value is not None:
-                    live.log_metric(name, value)
-            live.next_step()
-        if logging_step:
-            interval_seconds, interval_tokens = 0.0, 0
-        if step + 1 in eval_at:
-            evaluate(step + 1)
-            watchdog.beat(step + 1)
-        stop = stop_after is not None and step + 1 >= stop_after and not last
-        save = (step + 1) % t.checkpoint.interval == 0 or last or stop
-        # Replicas compared before every checkpoint, so the newest checkpoint is always one whose replicas
-        # agreed: a mismatch ends the attempt and the restart resumes from it.
-        if save or (step + 1) % t.health.replica_check_interval == 0:
-            if (mismatch := replica_mismatch(optimizer_params(trainer.optimizer), trainer.layout, step)) is not None:
-                raise TrainError(mismatch)
-        if save:
-            state["rng"] = _rng_state()
-            _share_token_hashes(state)
-            ckpt.save(step + 1, trainer.model, trainer.optimizer, state)
-            watchdog.beat(step + 1)
-        if stop or last:
-            ckpt.wait()  # the run's last checkpoint is complete (renamed) before the run reports or leaves
-        if stop:
-            watchdog.close()
-            profiler.close()
-            if live is not None:
-                live.end()
-            return {"stopped_at": step + 1, "steps": total_steps, "timing": timing_of()}
+        if now.stop:
+            run.stopped_at = step + 1
+            break
         step += 1
-
-    # The planted canaries' exposure in the finished model (tokenmill.canaries), scored as the benchmarks are.
-    started = time.perf_counter()
-    planted = CanaryRequests(stream.tokens_dir, t.seq_len)
-    if len(planted):
-        # Short requests (a prefix and a secret, ~40 tokens): as many per forward as a training micro-batch holds
-        # tokens. Batch 8 made 1,500 calls of 8 x 48 tokens for 12,000 requests (4.1 s for the 90k-parameter test
-        # model, most of it per-call overhead).
-        rows = max(8, max(trainer.micro_batch * t.seq_len, 4096) // max(len(w) for w in planted.windows))
-        state["canaries"] = planted.exposures(trainer.loglikelihoods(planted.windows, planted.n_cont, rows))
-    else:
-        state["canaries"] = []
-    timing["canary_eval_seconds"] = time.perf_counter() - started
-    watchdog.close()
-    profiler.close()
-    summary = _summary(cfg, state, size, total_steps)
-    summary["timing"] = timing_of()
-    _write_outputs(out_dir, state, trainer, cfg, summary)
-    if live is not None:
-        # The whole run's figures last, so metrics.json (and the stage's run record, which reads it) holds the run's
-        # throughput; the plots keep each interval's.
-        whole = summary["timing"]
-        for key in ("tokens_per_second", "mfu", "mfu_causal", "first_step_seconds", "benchmark_eval_seconds"):
-            if whole[key] is not None:
-                live.log_metric(f"perf/{key}", whole[key], plot=False)
-        live.end()
-    return summary
+    for duty in duties:
+        duty.at_end(run)
+    summary = None
+    if run.stopped_at is None:
+        summary = _summary(cfg, run.state, run.size, run.total_steps)
+        summary["timing"] = throughput.timing(run)
+        _write_outputs(out_dir, run.state, run.trainer, cfg, summary)
+    for duty in duties:
+        duty.at_exit(run, summary)
+    return summary or {"stopped_at": run.stopped_at, "steps": run.total_steps, "timing": throughput.timing(run)}
 
 
 def _summary(cfg: RunConfig, state: dict, size: dict, total_steps: int) -> dict:
