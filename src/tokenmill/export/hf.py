@@ -32,7 +32,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+from tokenmill.train.checkpoint import _name, complete_checkpoints
 from tokenmill.train.config import ModelConfig, parse_model
 
 # The tokenizer stage's Hugging Face files (tokenmill.tokenizer.hf.save_hf); tokenizer.json is required.
@@ -58,8 +63,6 @@ def _read_json(path: Path) -> dict:
 
 def load_final(run_dir: Path) -> tuple[dict[str, torch.Tensor], dict]:
     """(tokenmill state dict, final/config.json) of a finished run."""
-    from safetensors.torch import load_file
-
     final = run_dir / "final"
     weights = final / "model.safetensors"
     if not weights.exists():
@@ -68,8 +71,6 @@ def load_final(run_dir: Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    from tokenmill.train.checkpoint import _name, complete_checkpoints
-
     root = run_dir / "checkpoints"
     path = root / _name(step)
     if not (path / ".metadata").exists():
@@ -84,9 +85,6 @@ def load_step(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
     The checkpoint's metadata lists every tensor's global shape; DCP fills plain tensors of those shapes
     from the shards of all ranks, whatever mesh wrote them. Optimizer state and trainer state are not read.
     """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
     path = checkpoint_dir(run_dir, step)
     meta = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     model = {key.removeprefix("model."): torch.empty(m.size, dtype=m.properties.dtype)
@@ -207,11 +205,11 @@ def hf_config(cfg: ModelConfig, vocab_size: int, seq_len: int, eos_id: int, bos_
         "dtype": "float32",
     }
     if cfg.qk_norm:
-        from transformers import Qwen3Config
+        from transformers import Qwen3Config  # transformers: 1.1 s to import, only for the config the export writes
 
         config = Qwen3Config(**common, use_sliding_window=False, architectures=["Qwen3ForCausalLM"])
     else:
-        from transformers import LlamaConfig
+        from transformers import LlamaConfig  # as above
 
         config = LlamaConfig(**common, mlp_bias=False, pretraining_tp=1, architectures=["LlamaForCausalLM"])
     return config.to_dict()
@@ -224,8 +222,6 @@ def hf_config(cfg: ModelConfig, vocab_size: int, seq_len: int, eos_id: int, bos_
 def _tokenizer_ids(tokenizer_dir: Path) -> dict[str, int | None]:
     """bos, eos, pad and unk ids of the tokenizer stage's tokenizer.json (by the token strings its
     tokenizer_config.json names)."""
-    from tokenizers import Tokenizer
-
     tok_file = tokenizer_dir / "tokenizer.json"
     if not tok_file.exists():
         raise ExportError(f"export: {tok_file} not found (the tokenizer stage writes it to <tokenizer>/hf)")
@@ -249,8 +245,6 @@ def export_run(run_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Pa
     StageRun hands it a fresh temporary folder and swaps it in whole (runtime.swap_into_place). Returns a
     summary (architecture, parameters, source) that is also written to out_dir/export.json.
     """
-    from safetensors.torch import save_file
-
     run_dir, tokenizer_dir, out_dir = Path(run_dir), Path(tokenizer_dir), Path(out_dir)
     ids = _tokenizer_ids(tokenizer_dir)
     if step is None:
@@ -295,8 +289,6 @@ def export_run(run_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Pa
 
 
 def _tokenizer_size(tokenizer_dir: Path) -> int:
-    from tokenizers import Tokenizer
-
     return Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
 
 

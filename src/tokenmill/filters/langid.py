@@ -21,7 +21,7 @@ def bundled_lid176() -> Path:
 
 class LanguageIdentifier:
     def __init__(self, model: str | Path | None = None, max_chars: int = 3000):
-        import fasttext
+        import fasttext  # in the worker that loads the model: the check stage reads this package's labels only
 
         self.path = Path(model) if model else bundled_lid176()
         self.model = fasttext.load_model(str(self.path))
@@ -39,6 +39,6 @@ class LanguageIdentifier:
 
 def labels(model: str | Path | None = None) -> list[str]:
     """The language codes the model predicts (lid.176: 176 ISO 639 codes), without fastText's prefix."""
-    import fasttext
+    import fasttext  # as above
 
     return [label.removeprefix("__label__") for label in fasttext.load_model(str(Path(model) if model else bundled_lid176())).get_labels()]

@@ -10,8 +10,9 @@ import codecs
 import re
 import unicodedata
 
+from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.encoding import detect_encoding
-from resiliparse.parse.html import ELEMENT
+from resiliparse.parse.html import ELEMENT, HTMLTree
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("text/plain",)
@@ -261,9 +262,6 @@ def _trim_tail(text: str) -> str:
 
 
 def extract_cascade(html: str) -> str:
-    from resiliparse.extract.html2text import extract_plain_text
-    from resiliparse.parse.html import HTMLTree
-
     tree = HTMLTree.parse(html)
     body = tree.body
     text = ""
@@ -280,7 +278,7 @@ def extract_cascade(html: str) -> str:
             _isolate(tree, body, root)
         text = _trim_tail(extract_plain_text(tree, comments=False, **_RESILIPARSE_OPTIONS))
     if len(text.strip()) < MIN_CASCADE_CHARS:
-        import trafilatura
+        import trafilatura  # 0.25 s to import: only for the pages the cascade hands it
 
         # fast=True: without its readability and jusText fallbacks, which on these 21 hard pages cost more than
         # the cascade on all the others (0.46 of 3.2 CPU-ms per page over the 990; fast: 0.09, -0.0003 F1).
@@ -296,12 +294,10 @@ def extract_html(html: str, extractor: str) -> str:
     if extractor == "cascade":
         return extract_cascade(html)
     if extractor == "resiliparse":
-        from resiliparse.extract.html2text import extract_plain_text
-
         return extract_plain_text(html, main_content=True, alt_texts=False, links=False,
                                   noscript=False, form_fields=False)
     if extractor == "trafilatura":
-        import trafilatura
+        import trafilatura  # 0.25 s to import: only for the pages the cascade hands it
 
         return trafilatura.extract(html, include_comments=False, include_tables=True,
                                    favor_precision=False, deduplicate=False) or ""

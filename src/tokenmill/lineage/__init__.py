@@ -11,14 +11,22 @@ from pathlib import Path
 from typing import Mapping
 
 import duckdb
+import numpy as np
 import pyarrow.parquet as pq
 
-from tokenmill.lineage.connect import DB_NAME, connect as connect  # re-exported: the read-only, sealed connection
-from tokenmill.lineage.tables import (ITEM_METRICS, RUN_TABLES, audit_tables, evaluation_tables,  # noqa: F401
-                                     run_records, training_tables)  # re-exported: the tables beside the database
-from tokenmill.lineage.planted import build_planted
-from tokenmill.runtime import StageResult, input_id, read_manifest, write_plot_rows
 from tokenmill.execution.params import Execution
+from tokenmill.lineage.connect import DB_NAME, connect as connect  # re-exported: the read-only, sealed connection
+from tokenmill.lineage.planted import build_planted
+from tokenmill.lineage.tables import (  # noqa: F401
+    ITEM_METRICS,
+    RUN_TABLES,
+    audit_tables,
+    evaluation_tables,
+    run_records,  # re-exported: the tables beside the database
+    training_tables,
+)
+from tokenmill.runtime import StageResult, input_id, read_manifest, write_plot_rows
+from tokenmill.train.data import tokens_hash
 
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
 STAGE_TABLES = {"decontaminate": ["contamination"]}
@@ -358,8 +366,6 @@ def _tokens_per_step(con: duckdb.DuckDBPyConnection) -> int:
 def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, window: int):
     """The input tokens of one window of the training stream (the step that read it: train_steps.stream_window),
     rebuilt from the plan's spans and the token shards."""
-    import numpy as np
-
     row = con.execute("SELECT stage, manifest FROM stages WHERE json_extract(manifest, '$.dtype') "
                       "IS NOT NULL").fetchone()
     if row is None:
@@ -396,8 +402,6 @@ def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, sampl
     token hash of its first, middle and last step (and `samples` in all) is recomputed from the shards.
     Runs that trained on another plan (`stale`, default stale_runs(data_root)) are not this plan's and are left
     out."""
-    from tokenmill.train.data import tokens_hash
-
     problems = []
     stale = set(stale_runs(data_root) if stale is None else stale)
     for run in (r for r in training_runs(con) if r not in stale):

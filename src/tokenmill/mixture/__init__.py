@@ -18,7 +18,6 @@ How a plan is built, per phase:
 from __future__ import annotations
 
 import hashlib
-
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenmill.mixture.params import Phase as PhaseParams
+from tokenmill.train import config
 
 
 class MixtureError(ValueError):
@@ -218,8 +218,6 @@ def tokens_per_step(train_cfg: Mapping) -> int:
 def token_budget(budget_cfg: Mapping, model_cfg: Mapping, vocab_size: int) -> int:
     """The full run's token budget (tokenmill.train.config.token_budget), with the parameter count of the model
     definition itself (model_size), not an estimate."""
-    from tokenmill.train import config
-
     params = config.model_size(model_cfg, vocab_size)["params"] if not budget_cfg.get("token_budget") else 0
     return config.token_budget(budget_cfg.get("token_budget"), budget_cfg["tokens_per_param"], params)
 

@@ -40,11 +40,12 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import zstandard
 
 from tokenmill.docstage import Outcome, map_document_shards
 from tokenmill.execution import log_phase, make_executor
-from tokenmill.runtime import StageResult
 from tokenmill.quality.params import FastTextModel, Quality, ReferenceDataset
+from tokenmill.runtime import StageResult
 
 LABEL_HQ, LABEL_LQ = "__label__hq", "__label__lq"
 # The parameters and their defaults: tokenmill.quality.params.Quality, and conf/quality/default.yaml, which says
@@ -84,8 +85,6 @@ def _file_texts(path: str, min_words: int) -> Iterable[str]:
     if name.endswith(".parquet"):
         return [t for t in pq.read_table(path, columns=["text"]).column("text").to_pylist() if t]
     if name.endswith((".zst", ".zstd")):
-        import zstandard
-
         raw = zstandard.ZstdDecompressor().stream_reader(open(path, "rb")).read().decode("utf-8", "replace")
     else:
         with (gzip.open if name.endswith(".gz") else open)(path, "rt", encoding="utf-8", errors="replace") as f:
@@ -106,7 +105,7 @@ def reference_dataset_texts(cfg: ReferenceDataset, max_examples: int) -> list[st
     """The first max_examples texts of a Hugging Face dataset (`quality.positives.dataset`), read by the
     maintained client in streaming mode: a Hub name downloads only what it reads, a local folder in the Hub's
     layout (data files under it) reads the same way offline. Rows without text are skipped."""
-    import datasets
+    import datasets  # 1.2 s to import: only when a Hugging Face reference dataset is named
 
     key = "quality.positives.dataset"
     try:
@@ -180,7 +179,7 @@ def train(pos: list[str], neg: list[str], model_cfg: FastTextModel, out_path: Pa
 
 
 def _train(pos: list[str], neg: list[str], model_cfg: FastTextModel, out_path: str) -> dict:
-    import fasttext
+    import fasttext  # only where a classifier trains or scores: the check stage imports this package for its schema
 
     rng = np.random.default_rng(model_cfg.seed)
     lines = [f"{LABEL_HQ} {t}" for t in pos] + [f"{LABEL_LQ} {t}" for t in neg]
@@ -203,7 +202,7 @@ _MODELS: dict[str, object] = {}
 
 
 def hq_probability(model_path: str, texts: list[str]) -> np.ndarray:
-    import fasttext
+    import fasttext  # only where a classifier trains or scores: the check stage imports this package for its schema
 
     if model_path not in _MODELS:
         _MODELS[model_path] = fasttext.load_model(model_path)
@@ -288,7 +287,7 @@ def score_spread(scores: np.ndarray, low: float = 0.1, high: float = 0.9) -> flo
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:
     """Probability that a positive outscores a negative (ties count half): the Mann-Whitney statistic."""
-    from scipy.stats import rankdata
+    from scipy.stats import rankdata  # 1.2 s to import: only for the separation measure
 
     ranks = rankdata(np.concatenate([pos, neg]))  # tied scores share their average rank
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))

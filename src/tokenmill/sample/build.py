@@ -35,10 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from tokenmill.decontam.readers import read_items
 from tokenmill.execution import log_phase
 
-from . import pages as P
-from . import plant, sources, stdlib
+from . import pages as P, plant, sources, stdlib
 from .markup import Block, block, prose_score, prose_words, slug
 from .site import Page, Site
 from .warc import write_crawl, write_truncated
@@ -106,7 +106,6 @@ def benchmark_passages(benchmarks_dir: Path | None) -> list[tuple[str, str, str]
     text decontamination indexes (tokenmill.decontam.readers)."""
     if benchmarks_dir is None:
         return []
-    from tokenmill.decontam.readers import read_items
 
     catalog = json.loads((benchmarks_dir / "catalog.json").read_text())
     out = []

@@ -11,7 +11,6 @@ document) and index/<shard>.parquet (doc_id, source, bucket, shard, offset, leng
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -21,11 +20,13 @@ from weakref import WeakKeyDictionary
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from sentencepiece import sentencepiece_model_pb2 as pb
 
 from tokenmill import canaries, schema
 from tokenmill.execution import make_executor
-from tokenmill.tokenize.params import Tokenize
 from tokenmill.runtime import StageResult, input_id
+from tokenmill.tokenize.params import Tokenize
+from tokenmill.tokenizer import Tokenizer
 
 STAGE = "tokenize"
 INDEX = pa.schema([
@@ -90,8 +91,6 @@ def newline_id(tok) -> int | None:
     inside one line. Other models (unigram, lossy normalisation) return None and are encoded whole.
     """
     if tok not in _NEWLINE_IDS:
-        from sentencepiece import sentencepiece_model_pb2 as pb
-
         proto = pb.ModelProto()
         proto.ParseFromString(tok.sp.serialized_model_proto())
         ns = proto.normalizer_spec
@@ -133,8 +132,6 @@ def encode_documents(tok, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def tokenize_shard(task: TokenizeTask) -> dict:
-    from tokenmill.tokenizer import Tokenizer
-
     if task.tokenizer_dir not in _TOKENIZERS:
         _TOKENIZERS[task.tokenizer_dir] = Tokenizer(task.tokenizer_dir)
     tok = _TOKENIZERS[task.tokenizer_dir]
@@ -174,8 +171,6 @@ def tokenize_documents(input_dir: str | Path, tokenizer_dir: str | Path, scores_
     shards and their index; quality tiers come from the `quality_score` in scores_dir's decisions. params: the
     stage's section (tokenmill.tokenize.params.Tokenize; its parameters and their defaults:
     conf/tokenize/default.yaml, which says what the tiers mean)."""
-    from tokenmill.tokenizer import Tokenizer
-
     input_dir, tok_dir, scores_dir = Path(input_dir), Path(tokenizer_dir), Path(scores_dir)
     shards = sorted((input_dir / "documents").glob("*.parquet"))
     tok = Tokenizer(tok_dir)

@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+import sentencepiece as spm
+
+from .hf import hf_tokenizer
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -21,8 +24,6 @@ class Tokenizer:
     """
 
     def __init__(self, model_dir: Path | str):
-        import sentencepiece as spm
-
         self.dir = Path(model_dir)
         path = self.dir / "tokenizer.model" if self.dir.is_dir() else self.dir
         self.sp = spm.SentencePieceProcessor(model_file=str(path))
@@ -82,6 +83,4 @@ class Tokenizer:
 
     def hf(self):
         """The equivalent `tokenizers.Tokenizer` (same ids), special strings in text encoded as text."""
-        from .hf import hf_tokenizer
-
         return hf_tokenizer(self.hf_dir)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sentencepiece import sentencepiece_model_pb2 as pb
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE = "▁"
@@ -55,8 +56,6 @@ def bpe_merges(proto: pb.ModelProto) -> list[tuple[str, str]]:
 
 def build_tokenizer(proto: pb.ModelProto):
     """The `tokenizers.Tokenizer` equivalent of a (lossless, tokenmill-trained) SentencePiece model."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
     spec, norm = proto.trainer_spec, proto.normalizer_spec
     if norm.add_dummy_prefix or norm.remove_extra_whitespaces or norm.precompiled_charsmap:
         raise ValueError("only identity-normalised models without dummy prefix convert exactly "
@@ -96,7 +95,7 @@ def build_tokenizer(proto: pb.ModelProto):
 
 def save_hf(model_file: Path | str, out_dir: Path | str) -> Path:
     """Write tokenizer.json, tokenizer_config.json (and whatever else save_pretrained writes) to out_dir."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # transformers: 1.1 s to import, only to save or check the HF copy
 
     proto = load_proto(model_file)
     spec = proto.trainer_spec
@@ -119,8 +118,6 @@ def save_hf(model_file: Path | str, out_dir: Path | str) -> Path:
 
 def hf_tokenizer(hf_dir_or_file: Path | str):
     """The bare `tokenizers.Tokenizer` from tokenizer.json, set to treat special strings in text as text."""
-    from tokenizers import Tokenizer
-
     path = Path(hf_dir_or_file)
     tok = Tokenizer.from_file(str(path / "tokenizer.json" if path.is_dir() else path))
     tok.encode_special_tokens = True
@@ -129,6 +126,6 @@ def hf_tokenizer(hf_dir_or_file: Path | str):
 
 def transformers_tokenizer(hf_dir: Path | str):
     """AutoTokenizer over the saved directory (what lm-eval and exported checkpoints load)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # as above
 
     return AutoTokenizer.from_pretrained(str(hf_dir))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
+import pyarrow.parquet as pq
 
 Stream = Callable[[], Iterable[tuple[str, str]]]
 Source = Mapping[str, Sequence[str]] | Stream
@@ -44,8 +45,6 @@ def as_stream(source: Source) -> Stream:
 def parquet_source(paths: Iterable[Path | str], text_column: str = "text", bucket_column: str = "bucket",
                    batch_rows: int = 1024) -> Stream:
     """A stream over document shards (schema.DOCUMENT) that reads only the two columns it needs."""
-    import pyarrow.parquet as pq
-
     files = sorted(str(p) for p in paths)
 
     def stream() -> Iterator[tuple[str, str]]:

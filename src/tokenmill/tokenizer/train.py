@@ -29,9 +29,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as pb
+
 from tokenmill.runtime import ParamError, temporary
 
 from .core import token_dtype
+from .hf import save_hf
 from .params import Tokenizer as TokenizerParams
 from .sample import Source, as_stream, write_sample
 
@@ -75,8 +79,6 @@ def sentencepiece_options(p: TokenizerParams) -> dict[str, Any]:
 
 def _scrub_model(model: bytes) -> bytes:
     """The model without the machine-specific trainer fields (temporary input path and model prefix)."""
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
     proto = pb.ModelProto()
     proto.ParseFromString(model)
     del proto.trainer_spec.input[:]
@@ -102,10 +104,6 @@ def train_tokenizer(texts_by_bucket: Source, weights: Mapping[str, float] | None
     Writes out_dir/tokenizer.model, tokenizer.vocab, meta.json (deterministic) and hf/ (tokenizer.json,
     tokenizer_config.json, ...). Returns meta plus timings.
     """
-    import sentencepiece as spm
-
-    from .hf import save_hf
-
     p = params
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ tensor parallel on gloo, and NCCL on GPU nodes (contract 10 of DESIGN.md).
     schedule.py  learning-rate schedules
     metrics.py   MFU, peak FLOPs per device
     checkpoint.py  atomic DCP checkpoints, resume under any layout
+    trainer.py   Trainer: the model, its layout, the optimizer and the loader of one rank; held-out and benchmark scoring
     loop.py      train(run_cfg, data_root, out_dir, live_dir) -> summary; the step (train_step) and its cadence
     duties.py    the run's periodic duties the loop calls at its hooks (evaluation, checkpoints, rollback, ...)
     runstate.py  the run state a checkpoint carries

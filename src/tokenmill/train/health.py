@@ -24,6 +24,7 @@ import re
 import numpy as np
 import pyarrow as pa
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 HEALTH = pa.schema([
@@ -176,8 +177,6 @@ def replica_mismatch(params: list[torch.Tensor], layout, step: int) -> str | Non
     dp_replicate coordinate hold the same shards); None when they agree or there are no replicas, else one
     line naming the ranks whose parameters differ from the majority (of two, both). A collective over the
     replicate dimension: every rank calls it at the same step."""
-    import torch.distributed as dist
-
     if layout.dp_replicate == 1:
         return None
     group = layout.mesh.get_group("dp_replicate")

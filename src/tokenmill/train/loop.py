@@ -24,12 +24,11 @@ returned summary's "timing"):
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import functools
 import json
 import math
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import Mapping
@@ -38,27 +37,35 @@ import numpy as np
 import pyarrow as pa
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.parallel import loss_parallel
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from tokenmill import schema
 from tokenmill.canaries import EXPOSURE
 from tokenmill.evaluate.evalset import EvalSet, benchmark_means
 from tokenmill.train.checkpoint import Checkpointer
-from tokenmill.train.config import (RunConfig, TrainConfigError, mesh_shape, model_size, parse_run, run_steps,
-                                    token_budget)
-from tokenmill.train.data import BatchLoader, PlanStream, heldout_sequences
-from tokenmill.train.duties import (Canaries, Checkpointing, Evaluation, FaultInjection, HealthAlarms, Heartbeat,
-                                    LiveLogging, Rollback, Run, Step, Throughput)
+from tokenmill.train.config import RunConfig, TrainConfigError, model_size, parse_run, run_steps, token_budget
+from tokenmill.train.data import PlanStream, heldout_sequences
+from tokenmill.train.duties import (
+    Canaries,
+    Checkpointing,
+    Evaluation,
+    FaultInjection,
+    HealthAlarms,
+    Heartbeat,
+    LiveLogging,
+    Rollback,
+    Run,
+    Step,
+    Throughput,
+)
 from tokenmill.train.faults import attempt, record_resume
 from tokenmill.train.health import HEALTH, HEALTH_ALARMS, Health
 from tokenmill.train.metrics import peak_flops
-from tokenmill.train.model import Transformer, lm_loss
-from tokenmill.train.parallel import Layout, build_mesh, parallelize, set_micro_batch, write_param
 from tokenmill.train.rollback import ROLLBACKS, replays, skipped
 from tokenmill.train.runstate import TrainError, complete_state, new_state, set_rng_state
 from tokenmill.train.schedule import make_schedule
+from tokenmill.train.trainer import Trainer, _world_mean, param_groups  # noqa: F401  (tests and benchmarks reach them here)
 
 STEPS = pa.schema([
     ("step", pa.int64()),  # 0-based; step N fed stream tokens [W*T, (W+1)*T) of its window W
@@ -133,190 +140,6 @@ def init_distributed(device: str, timeout_seconds: float | None = None) -> tuple
                                     **bound)
         created = True
     return torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu"), created
-
-
-def _world_mean(value: torch.Tensor) -> torch.Tensor:
-    """Mean over all ranks. Ranks of one TP group hold the same value, so this is the mean over DP ranks.
-    SUM then divide: gloo has no AVG all-reduce."""
-    value = value.detach().clone()
-    dist.all_reduce(value, op=dist.ReduceOp.SUM)
-    return value / dist.get_world_size()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The model and one step
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float,
-                 width_mult: float | None = None) -> tuple[list[dict], list[float]]:
-    """(the optimizer's parameter groups, each group's learning-rate scale). Decay matrices of the linear
-    layers only; norms and the embedding table are not decayed (a tied output layer is the embedding table, so
-    it is not decayed either). A group's scale multiplies the step's learning rate: 1 / width_mult for the
-    blocks' matrices under μP (Adam's update of a matrix whose both sides grow with width), 1 for everything
-    else (the embedding, the output layer and the norms have one side of fixed size); 1 everywhere in the
-    standard parametrisation. AdamW's decay is lr x weight_decay, so
-    it scales with the group's learning rate. The scales stay outside the groups: a checkpoint's groups
-    replace the optimizer's when it loads."""
-    hidden, output, no_decay, seen = [], [], [], set()
-    for name, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        if p.ndim < 2 or "tok_embeddings" in name:
-            no_decay.append(p)
-        else:
-            (output if name.startswith("output.") else hidden).append(p)
-    scale = 1.0 / width_mult if width_mult is not None else 1.0
-    groups = [({"params": hidden, "weight_decay": weight_decay}, scale),
-              ({"params": output, "weight_decay": weight_decay}, 1.0),  # empty when tied
-              ({"params": no_decay, "weight_decay": 0.0}, 1.0)]
-    kept = [(g, s) for g, s in groups if g["params"]]
-    return [g for g, _ in kept], [s for _, s in kept]
-
-
-class Trainer:
-    """The model, optimizer and data of one run on this rank; the pieces the loop (and tests) drive."""
-
-    def __init__(self, cfg: RunConfig, stream: PlanStream, device: torch.device):
-        self.cfg, self.stream, self.device = cfg, stream, device
-        t = cfg.train
-        shape = mesh_shape(t, dist.get_world_size())
-        self.layout: Layout = build_mesh(device.type, shape)
-        self.loader = BatchLoader(stream, t.seq_len, t.global_batch, self.layout.dp_rank, self.layout.dp_size,
-                                  record=dist.get_rank() == 0)
-        self.micro_batch = shape.micro_batch
-        torch.manual_seed(t.seed)
-        # Built on the meta device (no memory), sharded, then only this rank's shards are allocated on the
-        # device and initialised there: no rank ever holds the whole model (at 0.86B that was 3.4 GB of host
-        # memory and 10-20 s of CPU per rank; at 8B it would not fit).
-        with torch.device("meta"):
-            model = Transformer(cfg.model, stream.vocab_size, t.seq_len, stream.eos_id, t.width_mult(cfg.model))
-        parallelize(model, self.layout, t.parallel, device.type)
-        model.to_empty(device=device)
-        model.init_weights(t.seed, write=write_param)
-        self.model = model
-        # Compiled beside the blocks: fusing the float32 cast, log-softmax and gather saves writing the
-        # (micro-batch x seq x vocabulary) float32 logits and their log-softmax (4 GiB each at the H100 preset).
-        # Not under TP, where the logits are vocabulary-sharded DTensors for loss_parallel.
-        if self.layout.tp_mesh is not None:
-            self.loss_fn = functools.partial(lm_loss, vocab_sharded=True)
-        else:
-            self.loss_fn = torch.compile(lm_loss) if t.parallel.compile else lm_loss
-        opt = t.optimizer
-        fused = opt.fused if opt.fused is not None else device.type == "cuda"
-        groups, self.lr_scales = param_groups(model, opt.weight_decay, t.width_mult(cfg.model))
-        self.optimizer = torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps, fused=fused,
-                                           foreach=None if fused else True)
-
-    def _loss_context(self):
-        return loss_parallel() if self.layout.tp_mesh is not None else contextlib.nullcontext()
-
-    def _to_device(self, array: np.ndarray) -> torch.Tensor:
-        """Host ids to the device as int64. On a GPU through pinned memory without blocking: a copy from
-        pageable memory waits for every queued kernel, so the host could not queue the next micro-batch's
-        work while the current one runs."""
-        t = torch.from_numpy(array.astype(np.int64))
-        if self.device.type != "cuda":
-            return t
-        return t.pin_memory().to(self.device, non_blocking=True)
-
-    def forward_backward(self, inputs: np.ndarray, targets: np.ndarray) -> torch.Tensor:
-        """Gradients of the mean loss over this rank's sequences (accumulated over micro-batches);
-        returns the mean cross-entropy on this rank (without z-loss).
-
-        Gradient communication happens on the last micro-batch only where it would be repeated for nothing
-        (parallel.set_micro_batch: measured on one H100, casting parameters and copying gradients once per
-        micro-batch was about 4% of the step)."""
-        n_micro = inputs.shape[0] // self.micro_batch
-        x_all, y_all = self._to_device(inputs), self._to_device(targets)  # one copy each for the whole step
-        total = torch.zeros((), device=self.device)
-        for i in range(n_micro):
-            set_micro_batch(self.model, self.layout, last=i == n_micro - 1)
-            sl = slice(i * self.micro_batch, (i + 1) * self.micro_batch)
-            with self._loss_context():
-                loss, ce = self.loss_fn(self.model(x_all[sl]), y_all[sl], self.cfg.model.z_loss)
-                (loss / n_micro).backward()
-            ce = ce.full_tensor() if isinstance(ce, DTensor) else ce
-            total += ce.detach() / n_micro
-        return total
-
-    def grad_norm(self) -> torch.Tensor:
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads, 2.0, error_if_nonfinite=False, foreach=True)
-        return norm.full_tensor() if isinstance(norm, DTensor) else norm
-
-    def clip_and_step(self, norm: torch.Tensor, lr: float) -> None:
-        for group, scale in zip(self.optimizer.param_groups, self.lr_scales):
-            group["lr"] = lr * scale
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        torch.nn.utils.clip_grads_with_norm_(params, self.cfg.train.clip_grad_norm, norm, foreach=True)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    @torch.no_grad()
-    def heldout_loss(self, sequences: np.ndarray) -> tuple[float, int]:
-        """Mean cross-entropy over whole sequences, split evenly over DP ranks; (loss, sequences used)."""
-        n = (len(sequences) // self.layout.dp_size) * self.layout.dp_size
-        if n == 0:
-            return float("nan"), 0
-        per = n // self.layout.dp_size
-        mine = sequences[self.layout.dp_rank * per:(self.layout.dp_rank + 1) * per]
-        self.model.eval()
-        total = torch.zeros((), device=self.device)
-        for i in range(0, per, self.micro_batch):
-            chunk = mine[i:i + self.micro_batch]
-            x = torch.from_numpy(chunk[:, :-1].astype(np.int64)).to(self.device)
-            y = torch.from_numpy(chunk[:, 1:].astype(np.int64)).to(self.device)
-            with self._loss_context():
-                _, ce = lm_loss(self.model(x), y)
-            ce = ce.full_tensor() if isinstance(ce, DTensor) else ce
-            total += ce * len(chunk) / per
-        self.model.train()
-        return float(_world_mean(total)), n
-
-
-    @torch.no_grad()
-    def loglikelihoods(self, windows: list[np.ndarray], n_cont: list[int], batch: int | None = None) -> np.ndarray:
-        """Log-likelihood of the last n_cont[i] tokens of each window given the tokens before them.
-
-        Requests are split in contiguous slices over the DP ranks (TP ranks of a group score the same ones);
-        each rank scores its slice shortest first, so a batch pads little (to a multiple of 16), and every
-        rank makes the same number of forward calls (FSDP gathers weights in each), padding its last ones.
-        One all-reduce gathers the results. batch: requests per forward call (default: the micro-batch, at least 8;
-        the same on every rank)."""
-        n, dp = len(windows), self.layout.dp_size
-        per = -(-n // dp)
-        first = min(n, self.layout.dp_rank * per)
-        mine = sorted(range(first, min(n, first + per)), key=lambda j: len(windows[j]))
-        out = torch.zeros(n, dtype=torch.float64, device=self.device)
-        batch = batch or max(self.micro_batch, 8)
-        select = self.layout.tp_mesh is None  # logits at the answer positions only (Transformer.forward)
-        self.model.eval()
-        for i in range(0, per, batch):
-            idx = mine[i:i + batch] or [0]  # a rank past its share scores request 0 and discards it
-            length = -(-max(len(windows[j]) - 1 for j in idx) // 16) * 16
-            width = max(n_cont[j] for j in idx) if select else length
-            x = np.full((len(idx), length), self.stream.eos_id, dtype=np.int64)
-            y = np.full((len(idx), width), -100, dtype=np.int64)
-            at = np.zeros((len(idx), width), dtype=np.int64)
-            for r, j in enumerate(idx):
-                w, k = windows[j], n_cont[j]
-                x[r, :len(w) - 1] = w[:-1]
-                start = len(w) - 1 - k  # the input position predicting the answer's first token
-                if select:
-                    y[r, :k], at[r, :k] = w[-k:], np.arange(start, start + k)
-                else:
-                    y[r, start:start + k] = w[-k:]
-            xt, yt = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
-            with self._loss_context():
-                logits = self.model(xt, torch.from_numpy(at).to(self.device) if select else None)
-                ce = F.cross_entropy(logits.flatten(0, 1).float(), yt.flatten(), reduction="none")
-            ce = ce.full_tensor() if isinstance(ce, DTensor) else ce
-            if mine[i:i + batch]:
-                out[torch.tensor(idx, device=self.device)] = -ce.view(len(idx), width).double().sum(dim=1)
-        self.model.train()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)  # TP ranks of one group hold the same values
-        return (out / (dist.get_world_size() // dp)).cpu().numpy()
 
 
 def noise_window(total_steps: int, logging) -> set[int]:
@@ -427,9 +250,6 @@ def plan_steps(cfg: RunConfig, stream: PlanStream, params: int) -> int:
 
 def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig, summary: dict) -> None:
     """Rank 0 writes the tables and summary; every rank takes part in gathering the final weights."""
-    from safetensors.torch import save_file
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     full = get_model_state_dict(trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() != 0:
         return
@@ -452,8 +272,6 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
         "format": "tokenmill.train.model.Transformer state dict, float32"},
         indent=2, sort_keys=True) + "\n")
     if final.exists():
-        import shutil
-
         shutil.rmtree(final)
     os.replace(tmp, final)
     tmp_summary = out_dir / ".summary.json.tmp"
