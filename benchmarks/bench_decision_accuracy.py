@@ -1,0 +1,190 @@
+"""Decision accuracy: how often a verdict made at scout scale is the full run's (issue 42, item 1; RESULTS.md,
+"Decision accuracy: scouts against the full run").
+
+Run where `make demo` has built the data stages (data/tokenize, data/evalset, data/mixture):
+    python benchmarks/bench_decision_accuracy.py --project . --work /tmp/decide [--draws 2] [--seeds 2]
+
+Recipes: the mixture presets (default, web_heavy, code_heavy, balanced) and `--draws` Dirichlet draws around the
+default's bulk phase at a low concentration (tokenmill.search.plan: each within the full run's epoch caps), so the
+recipes spread over the weight simplex. Each recipe is planned by the mixture stage and trained by the pipeline's
+own stage commands (stages/mixture.py, stages/train.py) in a folder of its own whose params.yaml is composed as
+`dvc exp run -S mixture=<preset>` composes it (tokenmill.search.compose_params; data/tokenize and data/evalset are
+the project's, linked): the scout ladder as the preset configures it (conf/scouts/cpu_demo.yaml: s1 and s2 with
+two seeds each, s3 with one) and the full run at `--seeds` seeds (train.seed = train.data_seed = k for k >= 1; k = 0
+is the preset's own run). A folder that already holds a finished run is read, not trained again.
+
+For each candidate metric (held-out loss, the mean and per bucket; the in-loop benchmarks' bpb and prob_norm means)
+and each rung: over the recipe pairs whose full-run difference is beyond its noise (|Δ| > 2 σ, σ of a recipe's
+full run = the larger of its seed spread and its noise-window σ, over √seeds), the fraction the rung ranks the way
+the full run does (a rung with seed replicas ranks by their mean); beside it the rung's training FLOPs (replicas
+included) as a fraction of one full run's. Prints Markdown; writes every run's figures to <work>/figures.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from tokenmill.evaluate.signal import combine_replicas, run_figures
+from tokenmill.search import compose_params, overrides_of, plan
+
+PRESETS = ("default", "web_heavy", "code_heavy", "balanced")
+METRICS = ("heldout_mean", "benchmarks_mean.bpb", "benchmarks_mean.prob_norm")
+LOWER_IS_BETTER = ("heldout", "bpb")
+
+
+def recipes(project: Path, draws: int, concentration: float, seed: int) -> dict[str, list[str]]:
+    """{recipe name: the `-S` overrides that make it}."""
+    out = {p: [f"mixture={p}"] for p in PRESETS}
+    if draws:
+        swarm = plan(project, "default", None, "s1", draws, concentration, seed)
+        for i, weights in enumerate(swarm.draws):
+            name = f"draw{i}"
+            out[name] = [o for o in overrides_of(swarm, weights, name) if not o.startswith("++scouts")]
+    return out
+
+
+def _folder(project: Path, folder: Path, overrides: list[str], links: dict[str, Path]) -> None:
+    """A run folder: params.yaml composed from the project's conf/ with the overrides, the shared inputs linked."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "params.yaml").write_text(yaml.safe_dump(compose_params(project, overrides), sort_keys=False))
+    for name, target in links.items():
+        link = folder / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(target.resolve(), target_is_directory=True)
+
+
+def _stage(project: Path, folder: Path, args: list[str], log: Path) -> float:
+    started = time.perf_counter()
+    with open(log, "a") as f:
+        proc = subprocess.run([sys.executable, str(project / "stages" / args[0]), *args[1:]], cwd=folder,
+                              stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if proc.returncode:
+        raise SystemExit(f"{folder}: stages/{args[0]} {' '.join(args[1:])} exited {proc.returncode} (log: {log})")
+    return time.perf_counter() - started
+
+
+def train_recipe(project: Path, work: Path, name: str, overrides: list[str], seeds: int) -> dict:
+    """Plan and train one recipe (what is already finished is kept); return its runs' figures and FLOPs."""
+    base = work / name / "seed0"
+    shared = {"data/tokenize": project / "data/tokenize", "data/evalset": project / "data/evalset"}
+    _folder(project, base, overrides, shared)
+    log, seconds = work / name / "log.txt", {}
+    if not (base / "data/mixture/plan.parquet").exists():
+        seconds["mixture"] = _stage(project, base, ["mixture.py", "tokenize"], log)
+    rungs = sorted(yaml.safe_load((base / "params.yaml").read_text())["scouts"])
+    for rung in rungs:
+        if not (base / f"data/train/scout/{rung}/summary.json").exists():
+            seconds[rung] = _stage(project, base, ["train.py", f"scout/{rung}", "mixture", "tokenize", "evalset"], log)
+    for k in range(seeds):
+        folder = base if k == 0 else work / name / f"seed{k}"
+        if k:
+            _folder(project, folder, [*overrides, f"++train.seed={k}", f"++train.data_seed={k}"],
+                    {**shared, "data/mixture": base / "data/mixture"})
+        if not (folder / "data/train/pretrain/summary.json").exists():
+            seconds[f"pretrain#{k}"] = _stage(project, folder, ["train.py", "pretrain", "mixture", "tokenize", "evalset"], log)
+    return seconds
+
+
+def _figures(summary: dict) -> dict[str, tuple[float, float | None]]:
+    out = run_figures(summary)
+    for bucket, loss in (summary.get("heldout_loss") or {}).items():
+        out[f"heldout.{bucket}"] = (loss, None)  # nats per token; the bucket's bytes per token are the same in every
+    return out                                  # recipe (one tokenizer, one held-out split), so its bpb ranks alike
+
+
+def read_recipe(work: Path, name: str, seeds: int) -> dict:
+    base = work / name / "seed0" / "data" / "train"
+    rungs = {}
+    for summary in sorted(base.glob("scout/*/summary.json")):
+        paths = [summary, *sorted(summary.parent.glob("replicas/*/summary.json"))]
+        runs = [json.loads(p.read_text()) for p in paths]
+        rungs[summary.parent.name] = {"figures": combine_replicas([_figures(s) for s in runs]),
+                                      "flops": sum(s["total_flops"] for s in runs), "seeds": len(runs)}
+    full = [json.loads((work / name / f"seed{k}" / "data/train/pretrain/summary.json").read_text()) for k in range(seeds)]
+    return {"rungs": rungs, "full": [_figures(s) for s in full], "full_flops": full[0]["total_flops"],
+            "skipped_steps": [s["skipped_steps"] for s in full]}
+
+
+def full_value(runs: list[dict], metric: str) -> tuple[float, float]:
+    """(mean over seeds, its σ: the larger of the seed spread and the noise-window σ, over √seeds)."""
+    values = [r[metric][0] for r in runs]
+    mean = sum(values) / len(values)
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    windows = [r[metric][1] for r in runs if r[metric][1] is not None]
+    window = math.sqrt(sum(w * w for w in windows) / len(windows)) if windows else 0.0
+    return mean, max(spread, window) / math.sqrt(len(values))
+
+
+def accuracy(results: dict[str, dict], metric: str, rung: str) -> dict:
+    """Over the recipe pairs the full run separates: how many the rung orders as the full run does."""
+    lower = any(w in metric for w in LOWER_IS_BETTER)
+    names = [n for n in results if metric in results[n]["full"][0] and rung in results[n]["rungs"]
+             and metric in results[n]["rungs"][rung]["figures"]]
+    separated = agreed = pairs = agreed_all = 0
+    for a, b in itertools.combinations(names, 2):
+        (fa, sa), (fb, sb) = full_value(results[a]["full"], metric), full_value(results[b]["full"], metric)
+        ra, rb = results[a]["rungs"][rung]["figures"][metric][0], results[b]["rungs"][rung]["figures"][metric][0]
+        same = (fa - fb) * (ra - rb) > 0
+        pairs += 1
+        agreed_all += same
+        if abs(fa - fb) > 2 * math.hypot(sa, sb):
+            separated += 1
+            agreed += same
+    flops = [results[n]["rungs"][rung]["flops"] / results[n]["full_flops"] for n in names]
+    return {"metric": metric, "rung": rung, "pairs": pairs, "separated": separated, "agreed": agreed,
+            "accuracy": agreed / separated if separated else None, "accuracy_all_pairs": agreed_all / pairs if pairs else None,
+            "compute_fraction": sum(flops) / len(flops) if flops else None, "lower_is_better": lower}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--project", default=".")
+    ap.add_argument("--work", default="/tmp/decide")
+    ap.add_argument("--draws", type=int, default=2)
+    ap.add_argument("--concentration", type=float, default=2.0)  # low: the draws spread over the simplex
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seeds", type=int, default=2)
+    args = ap.parse_args()
+    project, work = Path(args.project).resolve(), Path(args.work).resolve()
+    wanted = recipes(project, args.draws, args.concentration, args.seed)
+    seconds = {}
+    for name, overrides in wanted.items():
+        print(f"{name}: {' '.join(overrides)}", flush=True)
+        seconds[name] = train_recipe(project, work, name, overrides, args.seeds)
+        print(f"  {json.dumps({k: round(v, 1) for k, v in seconds[name].items()})}", flush=True)
+    results = {name: read_recipe(work, name, args.seeds) for name in wanted}
+    (work / "figures.json").write_text(json.dumps({"recipes": wanted, "results": results, "seconds": seconds},
+                                                  indent=1, default=str))
+
+    print("\n| recipe | " + " | ".join(f"full {m}" for m in METRICS) + " | skipped steps per seed |")
+    print("|" + " --- |" * (len(METRICS) + 2))
+    for name, r in results.items():
+        cells = [f"{full_value(r['full'], m)[0]:.4f} ± {full_value(r['full'], m)[1]:.4f} "
+                 f"(seeds {', '.join(f'{x[m][0]:.4f}' for x in r['full'])})" for m in METRICS]
+        print(f"| {name} | " + " | ".join(cells) + f" | {r['skipped_steps']} |")
+
+    buckets = sorted({m for r in results.values() for m in r["full"][0] if m.startswith("heldout.")})
+    rungs = sorted({g for r in results.values() for g in r["rungs"]})
+    print("\n| metric | rung | compute (of one full run) | separated pairs | rung agrees | accuracy | all pairs |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for metric in [*METRICS, *buckets]:
+        for rung in rungs:
+            a = accuracy(results, metric, rung)
+            acc = f"{a['accuracy']:.0%}" if a["accuracy"] is not None else "–"
+            print(f"| {metric} | {rung} | {a['compute_fraction']:.1%} | {a['separated']} of {a['pairs']} | "
+                  f"{a['agreed']} | {acc} | {a['accuracy_all_pairs']:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
