@@ -17,7 +17,10 @@ For each candidate metric (held-out loss, the mean and per bucket; the in-loop b
 and each rung: over the recipe pairs whose full-run difference is beyond its noise (|Δ| > 2 σ, σ of a recipe's
 full run = the larger of its seed spread and its noise-window σ, over √seeds), the fraction the rung ranks the way
 the full run does (a rung with seed replicas ranks by their mean); beside it the rung's training FLOPs (replicas
-included) as a fraction of one full run's. Prints Markdown; writes every run's figures to <work>/figures.json.
+included) as a fraction of one full run's. Each recipe's scaling forecast (stages/forecast.py on its own ladder,
+before its full run) is set against each seed's full run: the error, the naive predictor's (the largest scout),
+and whether the run fell inside the 90% interval (issue 42, item 4's coverage check). Prints Markdown; writes
+every run's figures to <work>/figures.json.
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ def train_recipe(project: Path, work: Path, name: str, overrides: list[str], see
     for rung in rungs:
         if not (base / f"data/train/scout/{rung}/summary.json").exists():
             seconds[rung] = _stage(project, base, ["train.py", f"scout/{rung}", "mixture", "tokenize", "evalset"], log)
+    if not (base / "data/forecast/prediction.json").exists():  # the scaling forecast, from this recipe's ladder
+        seconds["forecast"] = _stage(project, base, ["forecast.py"], log)
     for k in range(seeds):
         folder = base if k == 0 else work / name / f"seed{k}"
         if k:
@@ -112,8 +117,25 @@ def read_recipe(work: Path, name: str, seeds: int) -> dict:
         rungs[summary.parent.name] = {"figures": combine_replicas([_figures(s) for s in runs]),
                                       "flops": sum(s["total_flops"] for s in runs), "seeds": len(runs)}
     full = [json.loads((work / name / f"seed{k}" / "data/train/pretrain/summary.json").read_text()) for k in range(seeds)]
+    forecast = json.loads((work / name / "seed0" / "data/forecast/prediction.json").read_text())
     return {"rungs": rungs, "full": [_figures(s) for s in full], "full_flops": full[0]["total_flops"],
-            "skipped_steps": [s["skipped_steps"] for s in full]}
+            "skipped_steps": [s["skipped_steps"] for s in full],
+            "forecast": {"predicted": forecast["predicted_loss"], "interval": forecast["interval"],
+                         "naive": forecast["naive"], "backtest": forecast["backtest"]}}
+
+
+def forecast_rows(results: dict[str, dict]) -> list[dict]:
+    """Each recipe's forecast of the full run's held-out loss against each seed's actual one."""
+    rows = []
+    for name, r in results.items():
+        f = r["forecast"]
+        for k, run in enumerate(r["full"]):
+            actual = run["heldout_mean"][0]
+            lo, hi = f["interval"] or (None, None)
+            rows.append({"recipe": name, "seed": k, "actual": actual, "predicted": f["predicted"],
+                         "error": (f["predicted"] - actual) / actual, "naive_error": (f["naive"] - actual) / actual,
+                         "inside": lo is not None and lo <= actual <= hi, "interval": f["interval"]})
+    return rows
 
 
 def full_value(runs: list[dict], metric: str) -> tuple[float, float]:
@@ -173,6 +195,18 @@ def main() -> None:
         cells = [f"{full_value(r['full'], m)[0]:.4f} ± {full_value(r['full'], m)[1]:.4f} "
                  f"(seeds {', '.join(f'{x[m][0]:.4f}' for x in r['full'])})" for m in METRICS]
         print(f"| {name} | " + " | ".join(cells) + f" | {r['skipped_steps']} |")
+
+    rows = forecast_rows(results)
+    print("\n| recipe | seed | actual held-out loss | forecast [90% interval] | error | naive (largest scout) error |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        lo, hi = r["interval"] or (float("nan"), float("nan"))
+        print(f"| {r['recipe']} | {r['seed']} | {r['actual']:.4f} | {r['predicted']:.4f} [{lo:.4f}, {hi:.4f}] | "
+              f"{r['error']:+.1%} | {r['naive_error']:+.1%} |")
+    errors = sorted(abs(r["error"]) for r in rows)
+    print(f"\nforecast: {sum(r['inside'] for r in rows)} of {len(rows)} full runs inside their 90% interval; "
+          f"median |error| {errors[len(errors) // 2]:.1%}, largest {errors[-1]:.1%}; naive median |error| "
+          f"{sorted(abs(r['naive_error']) for r in rows)[len(rows) // 2]:.1%}")
 
     buckets = sorted({m for r in results.values() for m in r["full"][0] if m.startswith("heldout.")})
     rungs = sorted({g for r in results.values() for g in r["rungs"]})

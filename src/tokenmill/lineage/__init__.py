@@ -26,7 +26,6 @@ from tokenmill.lineage.tables import (  # noqa: F401
     training_tables,
 )
 from tokenmill.runtime import StageResult, input_id, read_manifest, write_plot_rows
-from tokenmill.train.data import tokens_hash
 
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
 STAGE_TABLES = {"decontaminate": ["contamination"]}
@@ -402,6 +401,10 @@ def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, sampl
     token hash of its first, middle and last step (and `samples` in all) is recomputed from the shards.
     Runs that trained on another plan (`stale`, default stale_runs(data_root)) are not this plan's and are left
     out."""
+    # the training data reader: `audit verify` alone; the lineage, report and check stages import this package
+    # and stay independent of the training code in dvc.yaml
+    from tokenmill.train.data import tokens_hash
+
     problems = []
     stale = set(stale_runs(data_root) if stale is None else stale)
     for run in (r for r in training_runs(con) if r not in stale):
