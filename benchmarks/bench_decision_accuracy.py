@@ -85,9 +85,11 @@ def train_recipe(project: Path, work: Path, name: str, overrides: list[str], see
     log, seconds = work / name / "log.txt", {}
     if not (base / "data/mixture/plan.parquet").exists():
         seconds["mixture"] = _stage(project, base, ["mixture.py", "tokenize"], log)
-    rungs = sorted(yaml.safe_load((base / "params.yaml").read_text())["scouts"])
-    for rung in rungs:
-        if not (base / f"data/train/scout/{rung}/summary.json").exists():
+    ladder = yaml.safe_load((base / "params.yaml").read_text())["scouts"]
+    for rung, spec in sorted(ladder.items()):
+        out = base / f"data/train/scout/{rung}"
+        runs = [out / "summary.json", *(out / f"replicas/seed{k}/summary.json" for k in range(1, spec.get("seeds", 1)))]
+        if not all(r.exists() for r in runs):  # the rung and its seed replicas (an interrupted one resumes)
             seconds[rung] = _stage(project, base, ["train.py", f"scout/{rung}", "mixture", "tokenize", "evalset"], log)
     if not (base / "data/forecast/prediction.json").exists():  # the scaling forecast, from this recipe's ladder
         seconds["forecast"] = _stage(project, base, ["forecast.py"], log)
@@ -177,14 +179,28 @@ def main() -> None:
     ap.add_argument("--concentration", type=float, default=2.0)  # low: the draws spread over the simplex
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--report-only", action="store_true", help="train nothing: report the recipes already finished")
+    ap.add_argument("--order", default=None, help="comma-separated recipe names: train these first, in this order")
     args = ap.parse_args()
     project, work = Path(args.project).resolve(), Path(args.work).resolve()
     wanted = recipes(project, args.draws, args.concentration, args.seed)
+    if args.order:
+        first = args.order.split(",")
+        wanted = {**{n: wanted[n] for n in first}, **{n: o for n, o in wanted.items() if n not in first}}
     seconds = {}
     for name, overrides in wanted.items():
+        if args.report_only:
+            continue
         print(f"{name}: {' '.join(overrides)}", flush=True)
         seconds[name] = train_recipe(project, work, name, overrides, args.seeds)
         print(f"  {json.dumps({k: round(v, 1) for k, v in seconds[name].items()})}", flush=True)
+    finished = {n: o for n, o in wanted.items() if all(
+        (work / n / f"seed{k}" / "data/train/pretrain/summary.json").exists() for k in range(args.seeds))
+        and (work / n / "seed0" / "data/forecast/prediction.json").exists()}
+    if len(finished) < len(wanted):
+        print(f"\nreported: {len(finished)} of {len(wanted)} recipes finished ({', '.join(finished)}); "
+              f"not yet: {', '.join(n for n in wanted if n not in finished)}")
+    wanted = finished
     results = {name: read_recipe(work, name, args.seeds) for name in wanted}
     (work / "figures.json").write_text(json.dumps({"recipes": wanted, "results": results, "seconds": seconds},
                                                   indent=1, default=str))
@@ -208,6 +224,26 @@ def main() -> None:
           f"median |error| {errors[len(errors) // 2]:.1%}, largest {errors[-1]:.1%}; naive median |error| "
           f"{sorted(abs(r['naive_error']) for r in rows)[len(rows) // 2]:.1%}")
 
+    # The seed spread, pooled over the recipes (each recipe's runs differ by their seed alone): the full run's
+    # against the rungs trained with seed replicas; and what the ladder costs beside one full run.
+    print("\n| run | σ of held-out loss over seeds (the larger of the seed spread and the noise window), pooled over recipes | recipes | compute (of one full run) |")
+    print("| --- | --- | --- | --- |")
+    full_var = [math.pow(full_value(r["full"], "heldout_mean")[1] * math.sqrt(len(r["full"])), 2) for r in results.values()
+                if len(r["full"]) > 1]
+    for rung in sorted({g for r in results.values() for g in r["rungs"]}):
+        var = []
+        for r in results.values():
+            g = r["rungs"].get(rung)
+            if g and g["seeds"] > 1:  # combine_replicas' σ is the larger of the seed spread and the window's
+                var.append(g["figures"]["heldout_mean"][1] ** 2)
+        frac = [r["rungs"][rung]["flops"] / r["full_flops"] for r in results.values() if rung in r["rungs"]]
+        sigma = f"{math.sqrt(sum(var) / len(var)):.4f}" if var else "– (one seed)"
+        print(f"| {rung} | {sigma} | {len(var)} | {sum(frac) / len(frac):.1%} |")
+    if full_var:
+        print(f"| full run | {math.sqrt(sum(full_var) / len(full_var)):.4f} | {len(full_var)} | 100% |")
+    ladder = [sum(g["flops"] for g in r["rungs"].values()) / r["full_flops"] for r in results.values()]
+    print(f"\nthe ladder (every rung, replicas included): {sum(ladder) / len(ladder):.1%} of one full run's training FLOPs")
+
     buckets = sorted({m for r in results.values() for m in r["full"][0] if m.startswith("heldout.")})
     rungs = sorted({g for r in results.values() for g in r["rungs"]})
     print("\n| metric | rung | compute (of one full run) | separated pairs | rung agrees | accuracy | all pairs |")
@@ -215,6 +251,8 @@ def main() -> None:
     for metric in [*METRICS, *buckets]:
         for rung in rungs:
             a = accuracy(results, metric, rung)
+            if not a["pairs"]:
+                continue
             acc = f"{a['accuracy']:.0%}" if a["accuracy"] is not None else "–"
             print(f"| {metric} | {rung} | {a['compute_fraction']:.1%} | {a['separated']} of {a['pairs']} | "
                   f"{a['agreed']} | {acc} | {a['accuracy_all_pairs']:.0%} |")
