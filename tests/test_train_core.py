@@ -404,7 +404,7 @@ def test_mup_keeps_every_layers_activations_flat_across_widths_where_the_standar
     width 64 to 512. Under μP (base width 64) they stay within 1.35x of each other (block 1: 0.074, 0.055, 0.059,
     0.061)."""
     from tokenmill.train.data import BatchLoader, PlanStream
-    from tokenmill.train.loop import param_groups
+    from tokenmill.train.trainer import param_groups
     from tokenmill.train.model import Transformer, lm_loss
 
     stream = PlanStream(corpus / "tokenize", corpus / "mixture")
