@@ -37,10 +37,13 @@ from pathlib import Path
 
 import yaml
 
+from tokenmill.evaluate import track
 from tokenmill.evaluate.signal import combine_replicas, run_figures
 from tokenmill.search import compose_params, overrides_of, plan
 
-PRESETS = ("default", "web_heavy", "code_heavy", "balanced")
+# default_searched: `tokenmill search`'s proposal around default (conf/mixture/default_searched.yaml), so the
+# search's gain at s1 is set against the full run at two seeds (issue 42, item 5).
+PRESETS = ("default", "web_heavy", "code_heavy", "balanced", "default_searched")
 METRICS = ("heldout_mean", "benchmarks_mean.bpb", "benchmarks_mean.prob_norm")
 LOWER_IS_BETTER = ("heldout", "bpb")
 
@@ -248,14 +251,39 @@ def main() -> None:
     rungs = sorted({g for r in results.values() for g in r["rungs"]})
     print("\n| metric | rung | compute (of one full run) | separated pairs | rung agrees | accuracy | all pairs |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    record = {}
     for metric in [*METRICS, *buckets]:
         for rung in rungs:
             a = accuracy(results, metric, rung)
             if not a["pairs"]:
                 continue
+            record.setdefault(rung, {})[metric] = {
+                "pairs": a["pairs"], "separated": a["separated"], "agreed": a["agreed"],
+                "agreed_all_pairs": round(a["accuracy_all_pairs"] * a["pairs"]),
+                "compute_fraction": round(a["compute_fraction"], 4)}
             acc = f"{a['accuracy']:.0%}" if a["accuracy"] is not None else "–"
             print(f"| {metric} | {rung} | {a['compute_fraction']:.1%} | {a['separated']} of {a['pairs']} | "
                   f"{a['agreed']} | {acc} | {a['accuracy_all_pairs']:.0%} |")
+    # The track record `tokenmill compare --rung`, the decision page and `tokenmill search` print beside a verdict
+    # made at a rung (tokenmill.evaluate.track), committed with the project.
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project, capture_output=True,
+                            text=True).stdout.strip()
+    out = project / track.TRACK_RECORD
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"measured_on": f"the demo (scale cpu_demo) at commit {commit}",
+                               "recipes": sorted(results), "full_run_seeds": args.seeds,
+                               "source": "benchmarks/bench_decision_accuracy.py; RESULTS.md, \"Decision accuracy\"",
+                               "rungs": record}, indent=1, sort_keys=True) + "\n")
+    print(f"\nwritten: {out}")
+
+    # The search's proposal against the preset it was searched around, at the full run (issue 42, item 5).
+    if "default" in results and "default_searched" in results:
+        (a, sa), (b, sb) = (full_value(results[n]["full"], "heldout_mean") for n in ("default_searched", "default"))
+        print(f"\nsearch at the full run: default_searched {a:.4f} ± {sa:.4f} against default {b:.4f} ± {sb:.4f}: "
+              f"{a - b:+.4f}, {abs(a - b) / math.hypot(sa, sb):.1f} σ "
+              f"({'separated' if abs(a - b) > 2 * math.hypot(sa, sb) else 'within the noise'}); at s1 "
+              f"{results['default_searched']['rungs']['s1']['figures']['heldout_mean'][0]:.4f} against "
+              f"{results['default']['rungs']['s1']['figures']['heldout_mean'][0]:.4f}")
 
 
 if __name__ == "__main__":

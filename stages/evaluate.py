@@ -5,7 +5,8 @@ Held-out bits per byte per mixture bucket on the plan's held-out documents (thei
 stage); every benchmark of `decontaminate.benchmarks`, its dirty items taken from the documents stage's
 contamination table. Then, over the ladder (the scouts and the full run, their in-loop scores and noise in
 data/train), signal, noise and their ratio per metric, and the decision metric they choose
-(tokenmill.evaluate.signal).
+(tokenmill.evaluate.signal). metrics/decision.json, the stage's one DVC metric, is the headline `dvc exp show`
+compares (headline below); metrics/evaluate.json keeps the detail.
 """
 
 import sys
@@ -14,7 +15,7 @@ from tokenmill.evaluate.params import Evaluate
 from tokenmill.evaluate.evalset import METRICS, benchmark_means
 from tokenmill.evaluate.run import heldout_documents, run_evaluation
 from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
-from tokenmill.runtime import StageRun, input_id, load_params, script
+from tokenmill.runtime import StageRun, input_id, load_params, script, write_json
 
 
 def main(export_stage: str, plan_stage: str, documents_stage: str) -> int:
@@ -30,16 +31,31 @@ def main(export_stage: str, plan_stage: str, documents_stage: str) -> int:
                              f"data/{documents_stage}/contamination", run.tmp, **run_cfg)
         run.timing.update(out["timing"])
         run.metrics.update(summary_metrics(out["results"]))
-        rows = ladder_table(read_ladder("data/train"), CANDIDATES)
+        ladder = read_ladder("data/train")
+        rows = ladder_table(ladder, CANDIDATES)
         run.metrics["decision_metric"] = decision_metric(rows)
         run.metrics["ladder"] = {r["metric"]: {k: None if r[k] is None else round(r[k], 6)
                                                for k in ("signal", "noise", "snr", "order")} for r in rows}
+    write_json("metrics/decision.json", headline(run.metrics, ladder.get("pretrain", {})))
     print(f"evaluate: {run.metrics.get('benchmarks_mean')}; decision metric {run.metrics['decision_metric']}")
     return 0
 
 
+def headline(metrics: dict, full_run: dict[str, tuple[float, float | None]]) -> dict:
+    """The figures a mixture decision rests on, each beside its noise, in a dozen columns: the decision metric,
+    the full run's value on it and its σ over the noise window, and held-out bits per byte per bucket with their
+    standard errors over documents. Everything else (per benchmark, per item, per run) is in the detail files
+    that `tokenmill compare` and the report read."""
+    name = metrics["decision_metric"]
+    value, sigma = full_run.get(name, (None, None)) if name else (None, None)
+    return {"decision_metric": name,
+            "decision": None if value is None else round(value, 6),
+            "decision_sigma": None if sigma is None else round(sigma, 6),
+            "heldout_bpb": metrics["bits_per_byte"], "heldout_bpb_stderr": metrics["bits_per_byte_stderr"]}
+
+
 def summary_metrics(results: dict) -> dict:
-    """What `dvc exp show` compares, each figure beside its standard error: bits per byte per held-out
+    """The evaluation's detail (metrics/evaluate.json), each figure beside its standard error: bits per byte per held-out
     bucket; per benchmark acc, acc_norm, prob_norm and bpb on all and on clean items (evalset.py defines
     them); their mean over the benchmarks."""
     heldout = results["heldout"]["buckets"]

@@ -204,3 +204,45 @@ def test_identical_experiments_render_without_dividing_by_zero():
     result = C.compare([a, b], "heldout_bpb.code")
     text = C.render(result, [])
     assert "identical" in text and result["winner"] is None
+
+
+RECORD = {"measured_on": "the demo (scale cpu_demo) at commit abc1234", "recipes": ["a", "b", "c", "d"],
+          "full_run_seeds": 2, "rungs": {"s1": {"heldout_mean": {"pairs": 6, "separated": 2, "agreed": 1,
+                                                                 "agreed_all_pairs": 4, "compute_fraction": 0.0512}},
+                                         "s3": {"heldout_mean": {"pairs": 6, "separated": 0, "agreed": 0,
+                                                                 "agreed_all_pairs": 5, "compute_fraction": 0.21}}}}
+
+
+def _rung(name, value, sigma):
+    return C.Experiment(name=name, rev=name, rung_figures={"heldout_mean": (value, sigma)})
+
+
+def test_a_verdict_at_a_scout_rung_follows_the_means_sigma_and_carries_its_track_record():
+    """At a rung the best wins only beyond 2 √(σa² + σb²) of the rung means' σ; the verdict names the rung and
+    says how often that rung and metric agreed with the full run where it was measured."""
+    # 0.1 apart: beyond 2 x hypot(0.03, 0.02) = 0.072, so a wins; at σ 0.04 each (0.113) it does not.
+    won = C.compare_rung([_rung("b", 6.6, 0.02), _rung("a", 6.5, 0.03)], "s1", "heldout_mean", RECORD)
+    assert won["winner"] == "a" and [r["name"] for r in won["ranking"]] == ["a", "b"]
+    assert won["pairs"][0]["sigma"] == pytest.approx(math.hypot(0.03, 0.02))
+    assert won["verdict"] == "a wins on heldout_mean at scout s1"
+    assert "ranked 1 of 2 recipe pairs as the full run did" in won["track_record"]
+    assert "4 of 6 pairs in all" in won["track_record"] and "5.1% of the full run's compute" in won["track_record"]
+    held = C.compare_rung([_rung("b", 6.6, 0.04), _rung("a", 6.5, 0.04), _rung("c", 7.2, 0.01)], "s1",
+                          "heldout_mean", RECORD)
+    assert held["winner"] is None and held["verdict"].startswith("no winner at scout s1") and "(a vs b)" in held["verdict"]
+    # A higher-is-better metric ranks the other way round.
+    hi = [C.Experiment(name=n, rev=n, rung_figures={"benchmarks_mean.prob_norm": (v, 0.001)}) for n, v in
+          (("x", 0.30), ("y", 0.35))]
+    assert C.compare_rung(hi, "s1", "benchmarks_mean.prob_norm")["winner"] == "y"
+    text = C.render(won, [])
+    assert won["verdict"] in text and won["track_record"] in text and "items" not in text
+
+
+def test_a_track_record_says_what_was_not_measured():
+    from tokenmill.evaluate import track
+
+    assert "none measured" in track.line(None, "s1", "heldout_mean")
+    assert "no recipe pair of 6 differed beyond the full run's noise" in track.line(RECORD, "s3", "heldout_mean")
+    assert "s2 on heldout_mean was not measured" in track.line(RECORD, "s2", "heldout_mean")
+    with pytest.raises(C.CompareError, match="--rung compares"):
+        C.compare_rung([_rung("a", 1, 0), _rung("b", 2, 0)], "s1", "arc_easy.acc")

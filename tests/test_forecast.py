@@ -301,3 +301,39 @@ def test_forecast_of_a_real_run(tiny):
     assert lo < prediction["predicted_loss"] < hi
     # The full run is larger than every scout: the forecast extrapolates, as it must.
     assert prediction["extrapolation"] > 1
+
+
+def test_the_interval_carries_the_laws_leave_one_out_error_to_the_full_run():
+    """Three rungs off a power law: each left out is predicted by the line (in log-log) through the other two,
+    computed here by hand; its log error per decade of reach, RMS over the rungs, times the full run's reach is
+    the misfit σ. Noise-free rungs: without the misfit the interval is the point forecast itself; with it, its
+    width is the normal quantiles of that σ. A law that fits its rungs exactly adds nothing."""
+    logc = [math.log(1e10), math.log(1e11), math.log(1e13)]  # uneven: s2 is two decades from its neighbour
+    loss = [5.0, 4.0, 3.2]
+    points = [{"name": f"s{i}", "compute": math.exp(c), "value": v, "sigma": 0.0} for i, (c, v) in enumerate(zip(logc, loss))]
+    target = 1e15  # two decades past the largest rung
+
+    def through(i, j, at):  # the line through rungs i and j in (log C, log L), at log C = at
+        slope = (math.log(loss[j]) - math.log(loss[i])) / (logc[j] - logc[i])
+        return math.log(loss[i]) + slope * (at - logc[i])
+
+    errors = [math.log(loss[0]) - through(1, 2, logc[0]), math.log(loss[1]) - through(0, 2, logc[1]),
+              math.log(loss[2]) - through(0, 1, logc[2])]
+    decade = math.log(10)
+    per_decade = [errors[0] / decade, errors[1] / decade, errors[2] / (2 * decade)]  # reach from the nearest kept
+    sigma = math.sqrt(sum(e * e for e in per_decade) / 3) * 2 * decade
+    cfg = F.ForecastConfig(form="power_law", bootstrap=4000)
+    misfit = F.leave_one_out(points, cfg, "power_law", "held-out loss", target)
+    assert [r["log_error"] for r in misfit["rungs"]] == pytest.approx(errors, rel=1e-6)
+    assert misfit["log_sigma"] == pytest.approx(sigma, rel=1e-6) and sigma > 0.01
+
+    with_misfit = F._predict(points, target, cfg, "held-out loss")
+    without = F._predict(points, target, cfg.model_copy(update={"misfit": False}), "held-out loss")
+    predicted = with_misfit["predicted"]
+    assert without["interval"] == pytest.approx([predicted, predicted], rel=1e-9)
+    lo, hi = with_misfit["interval"]
+    assert math.log(hi / lo) == pytest.approx(2 * 1.6449 * sigma, rel=0.06)
+
+    exact = [dict(p, value=37.0 * p["compute"] ** -0.071) for p in points]
+    assert F.leave_one_out(exact, cfg, "power_law", "held-out loss", target)["log_sigma"] < 1e-9
+    assert F.leave_one_out(points[:2], cfg, "power_law", "held-out loss", target) is None  # two rungs: nothing left

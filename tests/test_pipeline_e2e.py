@@ -320,7 +320,7 @@ def test_mixture_experiments(demo):
     _run(["dvc", "checkout"], repo)
 
     shown = json.loads(_run(["dvc", "exp", "show", "--json"], repo).stdout)
-    rows, evaluated = {}, {}
+    rows, evaluated, headline = {}, {}, {}
     for commit in shown:
         for exp in commit.get("experiments") or []:
             for rev in exp["revs"]:
@@ -328,9 +328,30 @@ def test_mixture_experiments(demo):
                 name = data["params"]["params.yaml"]["data"]["mixture"]["name"]
                 metrics = data["metrics"]["metrics/mixture.json"]["data"]
                 rows[rev.get("name") or name] = (name, metrics["planned"])
-                evaluated[name] = data["metrics"]["metrics/evaluate.json"]["data"]
+                headline[name] = data["metrics"]["metrics/decision.json"]["data"]
+                # The detail is not a DVC metric but is in the experiment's commit (cache: false, in git).
+                assert "metrics/evaluate.json" not in data["metrics"], sorted(data["metrics"])
+                evaluated[name] = json.loads(_run(["git", "show", f"{data['rev']}:metrics/evaluate.json"], repo).stdout)
     assert set(rows) == {"no-code", "seed-1"}, rows
     assert rows["no-code"][0] == "no_code" and rows["no-code"][1].get("code", 0) == 0 < rows["seed-1"][1]["code"]
+    # The headline: the decision metric, the full run's value on it and its σ, held-out bits per byte per bucket
+    # with their standard errors — the same figures as the detail and the run's own record.
+    top = headline["no_code"]
+    assert top["decision_metric"] == evaluated["no_code"]["decision_metric"] == "heldout_mean", top
+    assert top["heldout_bpb"] == evaluated["no_code"]["bits_per_byte"] and set(top["heldout_bpb_stderr"]) == \
+        set(top["heldout_bpb"]) and top["decision_sigma"] > 0, top
+    # The DVC metrics that vary over the experiments and their baseline are headline-sized (850 columns before).
+    varying: dict[str, set] = {}
+    for commit in shown:
+        for data in [commit["data"], *(r["data"] for e in commit.get("experiments") or [] for r in e["revs"])]:
+            for path, metrics in data["metrics"].items():
+                for key, value in _leaves(metrics["data"]).items():
+                    varying.setdefault(f"{path}:{key}", set()).add(json.dumps(value))
+    varying = {k for k, v in varying.items() if len(v) > 1}
+    assert {k.split(":")[0] for k in varying} <= {"metrics/mixture.json", "metrics/decision.json",
+                                                  "metrics/forecast.json", "metrics/lineage.json",
+                                                  "metrics/report.json"}, varying
+    assert len(varying) <= 40, sorted(varying)
     # Each experiment carries its own evaluation: every metric on all and on clean items, side by side, each
     # with its standard error; the real benchmarks among them; and the decision metric over its ladder.
     for name in ("no_code",):
@@ -363,6 +384,16 @@ def test_mixture_experiments(demo):
     assert three["winner"] in (baseline, "seed-1"), three["verdict"]
     assert {r["name"]: r["replicas"] for r in three["ranking"]} == {"no-code": [], baseline: ["seed-1"],
                                                                     "seed-1": [baseline]}
+    # A verdict at a scout rung: each experiment's rung mean over its seed replicas (the workspace holds the
+    # baseline's), with the rung's track record against the full run beside it.
+    rung = json.loads(_run(["tokenmill", "compare", "no-code", baseline, "--rung", "s1", "--json"], repo).stdout)
+    rung = rung["comparisons"][0]
+    s1 = repo / "data" / "train" / "scout" / "s1"
+    runs = [json.loads(p.read_text()) for p in [s1 / "summary.json", *sorted(s1.glob("replicas/*/summary.json"))]]
+    assert len(runs) == 2
+    mean = sum(sum(r["heldout_loss"].values()) / len(r["heldout_loss"]) for r in runs) / len(runs)
+    assert {r["name"]: r["value"] for r in rung["ranking"]}[baseline] == pytest.approx(mean, rel=1e-9)
+    assert rung["track_record"].startswith("track record: s1 on heldout_mean"), rung
     assert _outs(repo) == before
     # The decision page of the same comparison: its verdict, and the forecast of this workspace's full run.
     page = (repo / "decision" / "index.html").read_text()
@@ -389,12 +420,18 @@ SHARED = ROOT / ".." / "shared" / "data"
 
 # The `dvc exp show` commands README.md and docs/ document, and the columns each promises.
 EXP_SHOW_COLUMNS = {
-    "dvc exp show --only-changed --drop '.*' --keep '^(Experiment|decision_metric|heldout_mean(_sigma)?|"
-    "benchmarks_(bpb|prob_norm)(_sigma)?)$'": ("Experiment", "decision_metric", "heldout_mean", "heldout_mean_sigma",
-                                             "benchmarks_bpb", "benchmarks_bpb_sigma", "benchmarks_prob_norm_sigma"),
+    "dvc exp show --only-changed --drop '.*' --keep '^(Experiment|mixture\\.name|decision(_sigma)?|heldout_bpb\\..*)$'":
+        ("Experiment", "mixture.name", "decision", "decision_sigma", "heldout_bpb.code", "heldout_bpb.web/high"),
     "dvc exp show --only-changed --drop '.*' --keep '^(Experiment|mixture\\.name|unique_documents|planned\\..*|"
-    "heldout_mean)$'": ("Experiment", "mixture.name", "planned.code", "unique_documents", "heldout_mean"),
+    "decision)$'": ("Experiment", "mixture.name", "planned.code", "unique_documents", "decision"),
 }
+
+
+def _leaves(tree, prefix: str = "") -> dict:
+    """{dotted key: value} of a nested dict, as `dvc exp show` makes its columns."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    return {k: v for key, sub in tree.items() for k, v in _leaves(sub, f"{prefix}.{key}" if prefix else key).items()}
 
 
 def documented_exp_show() -> list[str]:

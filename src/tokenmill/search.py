@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from tokenmill.config import compose
+from tokenmill.evaluate import track
 from tokenmill.evaluate.compare import CompareError, _read_json, revision_fs
 
 RESULTS_DIR = Path("searches")  # committed with the preset it proposes (reports/ is the report stage's output)
@@ -418,6 +419,8 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
         "interval": bootstrap_interval(W, losses, swarm.buckets, proposal, seed=seed),
         "prior_predicted": model.metric(prior_w),
         "swarm_best": min(float(np.mean([r["heldout_loss"][b] for b in responses])) for r in rows),
+        # How often this rung's verdict on the metric was the full run's, where that was measured.
+        "track_record": track.line(track.load(repo), rung, "heldout_mean"),
     }
     if verify:
         exp, overrides = member(out["proposal"], name)
@@ -454,5 +457,7 @@ def render(out: Mapping) -> str:
         v = out["verified"]["measured"]
         inside = lo <= v <= hi
         lines.append(f"  verified: measured {v:.4f} ({'inside' if inside else 'outside'} the interval)")
+    if out.get("track_record"):
+        lines.append(f"  {out['track_record']}")
     lines.append(f"  written: {out['preset_file']} ({RESULTS_DIR}/{out['name']}.json)")
     return "\n".join(lines)

@@ -40,7 +40,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import yaml
 
-from tokenmill.evaluate.signal import LOWER_IS_BETTER, run_figures
+from tokenmill.evaluate import track
+from tokenmill.evaluate.signal import LOWER_IS_BETTER, combine_replicas, run_figures, separated
 
 SAMPLES = "data/evaluate/samples"
 HELDOUT_PREFIX, BENCH_PREFIX = "tm_heldout_", "tm_bench_"
@@ -68,6 +69,7 @@ class Experiment:
     decision_metric: str | None = None
     recipe: str | None = None  # digest of params.yaml without the seeds: equal recipes are seed replicas
     replica_noise: dict[str, float] = field(default_factory=dict)  # metric: σ over the recipe's full runs (compare)
+    rung_figures: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # load_rung: (mean, σ of it)
 
 
 SEEDS = ("seed", "data_seed")  # train.<key>: what seed replicas of one recipe differ in
@@ -379,6 +381,70 @@ def compare(exps: Sequence[Experiment], metric: str) -> dict:
             "pairs": pairs, "winner": winner, "verdict": verdict}
 
 
+# ---------------------------------------------------------------------------------------------------------
+# A verdict made at a scout rung (experiments that trained only the ladder: a search's swarm, a quick check)
+
+RUNG_METRICS = ("heldout_mean", "benchmarks_mean.bpb", "benchmarks_mean.prob_norm", "benchmarks_mean.acc",
+                "benchmarks_mean.acc_norm")
+
+
+def load_rung(name: str, rev: str, rung: str, repo: str = ".") -> Experiment:
+    """One experiment's figures at a scout rung: {metric: (the mean over the rung's seed replicas, the σ of that
+    mean)} in `rung_figures`, from the rung's summary and its replicas' (data/train/scout/<rung>, through DVC),
+    combined as the ladder combines them (tokenmill.evaluate.signal.combine_replicas: per run the larger of the
+    seed spread and the checkpoint σ; over √seeds for their mean); and the mixture's metrics."""
+    exp = Experiment(name=name, rev=rev)
+    fs = revision_fs(repo, rev, name)
+    root = f"data/train/scout/{rung}"
+    try:
+        replicas = sorted(r.lstrip("/") for r in fs.ls(f"{root}/replicas", detail=False))
+    except FileNotFoundError:
+        replicas = []
+    except Exception as exc:  # DVC's own errors
+        raise _dvc_error(name, rev, exc) from None
+    first = _read_json(fs, f"{root}/summary.json", rev, name, missing_ok=True)
+    if first is None:
+        raise CompareError(f"{name}: no scout {rung} at {rev} ({root}/summary.json): the rung has not trained there "
+                           f"(`dvc exp run scout@{rung}` trains it)")
+    runs = [first, *(s for r in replicas if (s := _read_json(fs, f"{r}/summary.json", rev, name, missing_ok=True)))]
+    combined = combine_replicas([run_figures(s) for s in runs])
+    exp.rung_figures = {m: (v, None if sd is None else sd / math.sqrt(len(runs))) for m, (v, sd) in combined.items()}
+    exp.mixture = _read_json(fs, "metrics/mixture.json", rev, name, missing_ok=True) or {}
+    return exp
+
+
+def compare_rung(exps: Sequence[Experiment], rung: str, metric: str, record: Mapping | None = None) -> dict:
+    """Rank the experiments on a metric as one scout rung measured it; the best wins when it is separated from
+    every other by more than K_SIGMA combined σ of the rung's means (tokenmill.evaluate.signal.separated). The
+    verdict carries the rung's track record on that metric (tokenmill.evaluate.track)."""
+    if metric not in RUNG_METRICS:
+        raise CompareError(f"--rung compares {', '.join(RUNG_METRICS)}; got {metric!r}")
+    if len(exps) < 2:
+        raise CompareError(f"compare needs two experiments or more, got {len(exps)}")
+    missing = [e.name for e in exps if metric not in e.rung_figures]
+    if missing:
+        raise CompareError(f"{', '.join(missing)}: scout {rung} has no {metric} (its runs scored no benchmarks?)")
+    lower = lower_is_better(metric)
+    ranked = sorted(exps, key=lambda e: e.rung_figures[metric][0] * (1 if lower else -1))
+    best, pairs = ranked[0], []
+    for other in ranked[1:]:
+        (va, sa), (vb, sb) = best.rung_figures[metric], other.rung_figures[metric]
+        sa, sb = sa or 0.0, sb or 0.0
+        sigma = math.hypot(sa, sb)
+        pairs.append({"metric": metric, "a": best.name, "b": other.name, "value_a": va, "value_b": vb,
+                      "difference": va - vb, "interval": [va - vb - 1.96 * sigma, va - vb + 1.96 * sigma],
+                      "sigma_items": 0.0, "sigma_training_a": sa, "sigma_training_b": sb, "sigma": sigma,
+                      "items": 0, "separated": separated((va, sa), (vb, sb), K_SIGMA), "replicas": False})
+    winner = best.name if all(p["separated"] for p in pairs) else None
+    close = [p["b"] for p in pairs if not p["separated"]]
+    verdict = (f"{best.name} wins on {metric} at scout {rung}" if winner else
+               f"no winner at scout {rung}: the difference is within the noise ({best.name} vs {', '.join(close)})")
+    return {"metric": metric, "rung": rung, "lower_is_better": lower,
+            "ranking": [{"name": e.name, "rev": e.rev, "value": e.rung_figures[metric][0],
+                         "sigma_training": e.rung_figures[metric][1] or 0.0, "replicas": []} for e in ranked],
+            "pairs": pairs, "winner": winner, "verdict": verdict, "track_record": track.line(record, rung, metric)}
+
+
 def data_differences(exps: Sequence[Experiment]) -> list[dict]:
     """Per experiment: planned tokens per bucket, unique documents and held-out documents (metrics/mixture.json)."""
     return [{"name": e.name, "planned": e.mixture.get("planned") or {},
@@ -405,12 +471,17 @@ def render(result: Mapping, data: Sequence[Mapping]) -> str:
     lines.append("")
     for p in result["pairs"]:
         lo, hi = p["interval"]
+        if "rung" in result:  # a scout rung's means: their σ is the seeds' and the checkpoints', no items
+            lines.append(f"  {p['a']} - {p['b']}: {p['difference']:+.4f}, σ {p['sigma_training_a']:.4f} / "
+                         f"{p['sigma_training_b']:.4f} (the rung's seeds and checkpoints): {_sigmas(p)} "
+                         f"({'separated' if p['separated'] else 'within the noise'})")
+            continue
         lines.append(f"  {p['a']} - {p['b']}: {p['difference']:+.4f}, 95% interval over {p['items']} items "
                      f"[{lo:+.4f}, {hi:+.4f}]; σ items {p['sigma_items']:.4f}, training {p['sigma_training_a']:.4f} "
                      f"/ {p['sigma_training_b']:.4f}: {_sigmas(p)} "
                      f"({'separated' if p['separated'] else 'within the noise'}"
                      f"{', seed replicas of one recipe' if p.get('replicas') else ''})")
-    lines += ["", result["verdict"], ""]
+    lines += ["", result["verdict"], *([result["track_record"]] if result.get("track_record") else []), ""]
     buckets = sorted({b for d in data for b in d["planned"]})
     if buckets:
         lines.append("data: " + "  ".join(["documents", "held out", *(f"{b} tokens" for b in buckets)]))

@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from tokenmill.evaluate import track
 from tokenmill.report import forecast_section, publish, sections as S, start
 from tokenmill.search import Fit
 
@@ -52,6 +53,8 @@ def ranking(plots: S.Plots, result: Mapping, data: Sequence[Mapping], index: int
                             abs(p["difference"]) / p["sigma"] if p["sigma"] else None,
                             "separated" if p["separated"] else "within the noise") for p in result["pairs"]]))
     s.html.append(f"<p><b>{S.esc(result['verdict'])}</b></p>")
+    if result.get("track_record"):  # a verdict made at a scout rung: how often that rung was the full run's
+        s.html.append(f"<p>{S.esc(result['track_record'])}</p>")
     buckets = sorted({b for d in data for b in d["planned"]})
     if buckets:
         s.html.append(S.table(["experiment", "documents", "held out", *(f"{b} tokens" for b in buckets)],
@@ -60,7 +63,7 @@ def ranking(plots: S.Plots, result: Mapping, data: Sequence[Mapping], index: int
     return s
 
 
-def search_section(plots: S.Plots, found: Mapping, index: int) -> S.Section:
+def search_section(plots: S.Plots, found: Mapping, index: int, project: str | Path = ".") -> S.Section:
     """One mixture search (searches/<name>.json): the fitted response per bucket and the proposal."""
     s = S.Section(f"search-{index}", f"Mixture search: {found['name']}",
                   note=f"{found['runs']} scout-only experiments ({found['rung']}, one seed each) around "
@@ -96,6 +99,7 @@ def search_section(plots: S.Plots, found: Mapping, index: int) -> S.Section:
                           [(b, found["prior"][b], found["proposal"][b], found["caps"][b],
                             f"{min(r['weights'][b] for r in found['swarm']):.3f}–"
                             f"{max(r['weights'][b] for r in found['swarm']):.3f}") for b in buckets]))
+    s.html.append(f"<p>{S.esc(track.line(track.load(project), found['rung'], 'heldout_mean'))}</p>")
     lo, hi = found["interval"]
     verified = found.get("verified")
     s.html.append(S.table(["", "held-out mean loss"], [
@@ -116,7 +120,7 @@ def build_decision_page(out_dir: str | Path, comparisons: Sequence[Mapping], dat
     plots = start(out_dir)
     built = [ranking(plots, r, data, i) for i, r in enumerate(comparisons)]
     if searches:
-        built += [search_section(plots, json.loads(Path(p).read_text()), i) for i, p in enumerate(searches)]
+        built += [search_section(plots, json.loads(Path(p).read_text()), i, project) for i, p in enumerate(searches)]
     else:
         built.append(S._not_run(S.Section("search", "Mixture search"),
                                 "no searches/*.json here: `tokenmill search` has not run"))

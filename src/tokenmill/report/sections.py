@@ -511,6 +511,9 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
         ("form", prediction["form"]), ("parameters", json.dumps({k: round(v, 6) for k, v in par.items()})),
         ("rms log residual", prediction["rms_log_residual"]), ("degrees of freedom", prediction["degrees_of_freedom"]),
         ("target compute", target), ("extrapolation (target / largest scout)", prediction["extrapolation"]),
+        *((("law's misfit: leave-one-out log error per log compute", misfit["log_error_per_log_compute"]),
+           ("law's misfit at the target (σ of log loss, in the interval)", misfit["log_sigma"]))
+          if (misfit := prediction.get("misfit")) else ()),
         ("predicted loss", prediction["predicted_loss"]),
         *((("actual loss", comparison["actual_loss"]), ("error (actual - predicted)", comparison["error"]),
            ("relative error", comparison["relative_error"]),
