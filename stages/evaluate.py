@@ -12,6 +12,7 @@ compares (headline below); metrics/evaluate.json keeps the detail.
 import sys
 
 from tokenmill.evaluate.params import Evaluate
+from tokenmill.evaluate import track
 from tokenmill.evaluate.evalset import METRICS, benchmark_means
 from tokenmill.evaluate.run import heldout_documents, run_evaluation
 from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
@@ -33,7 +34,7 @@ def main(export_stage: str, plan_stage: str, documents_stage: str) -> int:
         run.metrics.update(summary_metrics(out["results"]))
         ladder = read_ladder("data/train")
         rows = ladder_table(ladder, CANDIDATES)
-        run.metrics["decision_metric"] = decision_metric(rows)
+        run.metrics["decision_metric"] = decision_metric(rows, track.load())  # chosen by the track record
         run.metrics["ladder"] = {r["metric"]: {k: None if r[k] is None else round(r[k], 6)
                                                for k in ("signal", "noise", "snr", "order")} for r in rows}
     write_json("metrics/decision.json", headline(run.metrics, ladder.get("pretrain", {})))

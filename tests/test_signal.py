@@ -46,3 +46,36 @@ def test_seed_replicas_pool_the_larger_noise():
 def test_two_runs_are_told_apart_beyond_two_combined_sigma():
     assert separated((6.0, 0.1), (5.5, 0.2))  # 0.5 > 2 x 0.2236
     assert not separated((6.0, 0.2), (5.5, 0.2))  # 0.5 < 2 x 0.2828
+
+
+def test_the_track_record_picks_the_decision_metric_where_it_measured_the_candidates():
+    """heldout_mean has the higher SNR, but over measured recipe pairs the rungs ordered bpb as the full run did
+    11 times in 12 and the held-out loss 2 in 6: bpb decides. A record that separated no pair of a candidate, or
+    a candidate whose ladder runs backwards, leaves the choice to SNR."""
+    ladder = {
+        "scout/s1": {"heldout_mean": (6.0, 0.01), "benchmarks_mean.bpb": (4.0, 0.1), "benchmarks_mean.prob_norm": (0.4, 0.001)},
+        "scout/s2": {"heldout_mean": (5.5, 0.01), "benchmarks_mean.bpb": (3.8, 0.1), "benchmarks_mean.prob_norm": (0.35, 0.001)},
+        "pretrain": {"heldout_mean": (5.0, 0.01), "benchmarks_mean.bpb": (3.5, 0.1), "benchmarks_mean.prob_norm": (0.3, 0.001)},
+    }
+    rows = ladder_table(ladder)
+    assert decision_metric(rows) == "heldout_mean"
+
+    def entry(separated, agreed):
+        return {"pairs": 6, "separated": separated, "agreed": agreed, "agreed_all_pairs": agreed, "compute_fraction": 0.1}
+
+    record = {"rungs": {
+        "s1": {"heldout_mean": entry(2, 1), "benchmarks_mean.bpb": entry(4, 4), "benchmarks_mean.prob_norm": entry(5, 5)},
+        "s2": {"heldout_mean": entry(2, 0), "benchmarks_mean.bpb": entry(4, 4), "benchmarks_mean.prob_norm": entry(5, 5)},
+        "s3": {"heldout_mean": entry(2, 1), "benchmarks_mean.bpb": entry(4, 3)}}}
+    # prob_norm agreed 10 of 10 but ranks this ladder backwards (order -1): not a candidate.
+    assert decision_metric(rows, record) == "benchmarks_mean.bpb"
+    # A tie in agreement goes to the candidate with more separated pairs.
+    record["rungs"]["s3"]["heldout_mean"] = entry(8, 8)
+    record["rungs"]["s1"]["heldout_mean"] = entry(2, 2)
+    record["rungs"]["s2"]["heldout_mean"] = entry(2, 2)
+    record["rungs"]["s3"]["benchmarks_mean.bpb"] = entry(5, 5)
+    assert decision_metric(rows, record) == "benchmarks_mean.bpb"  # 13 of 13 against 12 of 12
+    record["rungs"]["s3"]["benchmarks_mean.bpb"] = entry(4, 4)
+    assert decision_metric(rows, record) == "heldout_mean"  # 12 of 12 each: the higher SNR
+    nothing = {"rungs": {"s1": {m: entry(0, 0) for m in ("heldout_mean", "benchmarks_mean.bpb")}}}
+    assert decision_metric(rows, nothing) == "heldout_mean"

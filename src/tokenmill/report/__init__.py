@@ -21,6 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
+from tokenmill.evaluate import track
 from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
 from tokenmill.forecast import ForecastError, compare
 from tokenmill.lineage import DB_NAME, audit_tables, connect
@@ -68,7 +69,7 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
                               if evaluation_path else "no evaluation results given"))
     ladder = read_ladder(project / "data" / "train")
     rows = ladder_table(ladder, CANDIDATES)
-    built.append(S.signal_noise(ladder, rows, decision_metric(rows)))
+    built.append(S.signal_noise(ladder, rows, decision_metric(rows, track.load(project))))  # as the evaluate stage
 
     return publish(out_dir, title, built, "report.json", forecast_comparison=comparison)
 
