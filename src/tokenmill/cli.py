@@ -229,45 +229,27 @@ def _audit(args) -> int:
             return 2
 
 
-def _compare_rung(C, chosen, args) -> int:
-    exps, unreadable = [], []
-    for name, rev in chosen:
-        try:
-            exps.append(C.load_rung(name, rev, args.rung, args.repo))
-        except C.CompareError as exc:
-            unreadable.append(str(exc))
-    for line in unreadable:
-        print(f"tokenmill: left out {line}", file=sys.stderr)
-    record = C.track.load(args.repo)
-    results = [C.compare_rung(exps, args.rung, m, record) for m in (args.metric or ["heldout_mean"])]
-    data = C.data_differences(exps)
-    if args.html:
-        from tokenmill.report.decision import build_decision_page  # matplotlib: only for the page
-
-        searches = args.search if args.search is not None else sorted((Path(args.repo) / "searches").glob("*.json"))
-        build_decision_page(args.html, results, data, searches, project=args.repo)
-        print(f"tokenmill: the decision page is {Path(args.html) / 'index.html'}", file=sys.stderr)
-    print(json.dumps({"comparisons": results, "data": data}, indent=1) if args.json else
-          "\n\n".join(C.render(r, data) for r in results))
-    return 0
-
-
 def _compare(args) -> int:
     from tokenmill.evaluate import compare as C  # each command loads its own modules (DVC's API here): `tokenmill audit` stays quick
 
     try:
         chosen = C.resolve(args.experiments, args.repo)
-        if args.rung:  # a verdict at a scout rung, with that rung's track record
-            return _compare_rung(C, chosen, args)
-        exps, unreadable = C.load_all(chosen, args.repo)
+        if args.rung:  # a verdict at a scout rung (experiments that trained the ladder only)
+            exps, unreadable = C.load_all(chosen, args.repo, rung=args.rung)
+        else:
+            exps, unreadable = C.load_all(chosen, args.repo)
         for line in unreadable:  # each revision left out, why, and what to run
             print(f"tokenmill: left out {line}", file=sys.stderr)
         if len(exps) < 2:
             raise C.CompareError(f"compare needs two readable experiments or more, got {len(exps)}"
                                  + (f" ({', '.join(e.name for e in exps)})" if exps else "")
                                  + ("; the others are left out above" if unreadable else ""))
-        metrics = args.metric or [C.FROM_DECISION.get(exps[0].decision_metric, exps[0].decision_metric or "heldout_bpb")]
-        results = [C.compare(exps, m) for m in metrics]
+        if args.rung:  # the rung's track record against the full run goes beside each verdict
+            record = C.track.load(args.repo)
+            results = [C.compare_rung(exps, args.rung, m, record) for m in (args.metric or ["heldout_mean"])]
+        else:
+            metrics = args.metric or [C.FROM_DECISION.get(exps[0].decision_metric, exps[0].decision_metric or "heldout_bpb")]
+            results = [C.compare(exps, m) for m in metrics]
     except C.CompareError as exc:
         print(f"tokenmill: {exc}", file=sys.stderr)
         return 2

@@ -196,13 +196,15 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
     return exp
 
 
-def load_all(chosen: Sequence[tuple[str, str]], repo: str = ".") -> tuple[list[Experiment], list[str]]:
-    """The experiments that can be read, and one line for each that cannot (why, and what to run): a clone
-    that ran experiments but never built its own commit still compares the experiments."""
+def load_all(chosen: Sequence[tuple[str, str]], repo: str = ".",
+             rung: str | None = None) -> tuple[list[Experiment], list[str]]:
+    """The experiments that can be read (their full runs' evaluation, or with `rung` that scout rung's figures,
+    load_rung), and one line for each that cannot (why, and what to run): a clone that ran experiments but never
+    built its own commit still compares the experiments."""
     exps, unreadable = [], []
     for name, rev in chosen:
         try:
-            exps.append(load(name, rev, repo))
+            exps.append(load_rung(name, rev, rung, repo) if rung else load(name, rev, repo))
         except CompareError as exc:
             unreadable.append(str(exc))
     return exps, unreadable
@@ -218,14 +220,7 @@ def _seed_noise(fs, rev: str, name: str) -> dict[str, float]:
     except FileNotFoundError:
         return {}
     for rung in rungs:
-        rung = rung.lstrip("/")
-        try:
-            replicas = fs.ls(f"{rung}/replicas", detail=False)
-        except FileNotFoundError:
-            continue
-        summaries = [_read_json(fs, path, rev, name, missing_ok=True)
-                     for path in (f"{rung}/summary.json", *(f"{r.lstrip('/')}/summary.json" for r in replicas))]
-        summaries = [s for s in summaries if s]
+        summaries = _rung_summaries(fs, rung.lstrip("/"), rev, name)
         if len(summaries) < 2 or (summaries[0].get("params") or 0) <= best_params:
             continue
         best_params, best = summaries[0]["params"], {}
@@ -394,23 +389,30 @@ def load_rung(name: str, rev: str, rung: str, repo: str = ".") -> Experiment:
     combined as the ladder combines them (tokenmill.evaluate.signal.combine_replicas: per run the larger of the
     seed spread and the checkpoint σ; over √seeds for their mean); and the mixture's metrics."""
     exp = Experiment(name=name, rev=rev)
-    fs = revision_fs(repo, rev, name)
-    root = f"data/train/scout/{rung}"
-    try:
-        replicas = sorted(r.lstrip("/") for r in fs.ls(f"{root}/replicas", detail=False))
-    except FileNotFoundError:
-        replicas = []
-    except Exception as exc:  # DVC's own errors
-        raise _dvc_error(name, rev, exc) from None
-    first = _read_json(fs, f"{root}/summary.json", rev, name, missing_ok=True)
-    if first is None:
+    root, fs = f"data/train/scout/{rung}", revision_fs(repo, rev, name)
+    runs = _rung_summaries(fs, root, rev, name)
+    if not runs:
         raise CompareError(f"{name}: no scout {rung} at {rev} ({root}/summary.json): the rung has not trained there "
                            f"(`dvc exp run scout@{rung}` trains it)")
-    runs = [first, *(s for r in replicas if (s := _read_json(fs, f"{r}/summary.json", rev, name, missing_ok=True)))]
     combined = combine_replicas([run_figures(s) for s in runs])
     exp.rung_figures = {m: (v, None if sd is None else sd / math.sqrt(len(runs))) for m, (v, sd) in combined.items()}
     exp.mixture = _read_json(fs, "metrics/mixture.json", rev, name, missing_ok=True) or {}
     return exp
+
+
+def _rung_summaries(fs, root: str, rev: str, name: str) -> list[dict]:
+    """The summaries of a scout rung's runs at a revision: the rung's own first (none when it has not trained),
+    then its seed replicas' (root/replicas/*, tokenmill.train.stage)."""
+    first = _read_json(fs, f"{root}/summary.json", rev, name, missing_ok=True)
+    if first is None:
+        return []
+    try:
+        replicas = sorted(r.lstrip("/") for r in fs.ls(f"{root}/replicas", detail=False))
+    except FileNotFoundError:
+        replicas = []
+    except Exception as exc:  # DVC's own errors (outputs not in this clone's cache)
+        raise _dvc_error(name, rev, exc) from None
+    return [first, *(s for r in replicas if (s := _read_json(fs, f"{r}/summary.json", rev, name, missing_ok=True)))]
 
 
 def compare_rung(exps: Sequence[Experiment], rung: str, metric: str, record: Mapping | None = None) -> dict:
