@@ -217,3 +217,30 @@ def test_a_bucket_cap_above_the_default_lets_that_bucket_alone_repeat_more():
     assert even * 0.5 / avail["code"] < 6
     with pytest.raises(MixtureError, match=r"bucket 'web' would be repeated 5\.00 times .* max_epochs is 4"):
         build_plan(index, parse_phases(TWO_PHASES), even, seed=7, max_epochs=caps)
+
+
+def test_tagged_documents_are_kept_out_of_the_named_phase_only():
+    """mixture.exclude_tagged_from: [anneal] places no tagged document in the anneal; the bulk is planned exactly
+    as without the setting, and the anneal still fills its quota and weights from the untagged documents."""
+    index = _index()
+    tagged = frozenset(f"web/high-{i:05d}" for i in range(0, 400, 3)) | frozenset(f"reference-{i:05d}" for i in range(0, 150, 2))
+    plain = _plan()["plan"]
+    kept_out = _plan(excluded={"anneal": tagged})["plan"]
+    def rows(plan, phase):
+        return plan.filter(pc.equal(plan["phase"], phase))
+    assert rows(kept_out, "bulk").equals(rows(plain, "bulk"))
+    anneal = rows(kept_out, "anneal")
+    assert not set(anneal["doc_id"].to_pylist()) & tagged
+    assert set(rows(plain, "anneal")["doc_id"].to_pylist()) & tagged  # without it the anneal holds tagged ones
+    assert set(rows(kept_out, "bulk")["doc_id"].to_pylist()) & tagged  # tagged, not dropped: the bulk reads them
+    total = pc.sum(pc.add(anneal["length"], 1)).as_py()
+    assert abs(total - BUDGET * 0.2) / (BUDGET * 0.2) < 0.01
+    high = pc.sum(pc.add(anneal.filter(pc.equal(anneal["bucket"], "web/high"))["length"], 1)).as_py()
+    assert abs(high / total - 0.5) < 0.01
+    # A phase left with no document of a weighted bucket is an error naming both.
+    everything = frozenset(f"reference-{i:05d}" for i in range(150))
+    with pytest.raises(MixtureError, match="phase 'anneal' excludes every document of bucket 'reference'"):
+        _plan(excluded={"anneal": everything})
+    with pytest.raises(ParamError, match="mixture.exclude_tagged_from: expected phases of this mixture"):
+        Mixture.resolve({"name": "t", "phases": {"all": {"fraction": 1.0, "weights": {"code": 1}}},
+                         "exclude_tagged_from": ["anneal"]})

@@ -30,8 +30,8 @@ from tokenmill.config import compose
 from tokenmill.evaluate.signal import CANDIDATES, run_figures
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_STAGES = ["benchmarks", "sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "tokenizer",
-               "tokenize", "evalset"]
+DATA_STAGES = ["benchmarks", "sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "embed",
+               "domains", "tokenizer", "tokenize", "evalset"]
 
 
 def _check_step_tokens(con, token_dir, step):
@@ -149,6 +149,16 @@ def test_demo_dag(demo):
         r = next(x for x in rows if x["canary"] == "s0-v16")
         assert f"exposure {r['exposure']:.2f} bits (rank {r['rank']} of {r['candidates'] + 1})" in shown, (run, shown)
     assert json.loads((repo / "reports" / "report.json").read_text())["sections"]["canaries"] == "ok"
+
+    # The domains stage labelled every document that reached it: each kept document has its topic, format and
+    # toxicity score in the lineage, the topics' sizes add up to them, and the report shows the mix.
+    labelled = con.execute("""SELECT count(*), count(topic), count(format), count(toxicity) FROM documents
+                              WHERE fate = 'kept'""").fetchone()
+    assert labelled[0] > 0 and len(set(labelled)) == 1, labelled
+    sizes = con.execute("SELECT sum(documents), count(*) FROM topics").fetchone()
+    assert sizes[0] == con.execute("SELECT count(*) FROM decisions WHERE stage = 'domains'").fetchone()[0]
+    assert sizes[1] == 12 and con.execute("SELECT count(DISTINCT topic) FROM documents").fetchone()[0] == 12
+    assert json.loads((repo / "reports" / "report.json").read_text())["sections"]["domains"] == "ok"
 
     # Every stage that ran left its run record: the audit's stage_runs has a row for each (issue 11, item 4).
     # The seed replica of the first rung (TEST_SCOUTS: seeds 2) has its own run record.

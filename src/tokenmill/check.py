@@ -74,6 +74,13 @@ def _typo(key: str, name: str, known: Iterable[str]) -> str | None:
     return f"{key}: {name!r} is not declared (known: {', '.join(known)}); did you mean {near[0]!r}?" if near else None
 
 
+def by_source(params: Mapping[str, Any]) -> bool:
+    """Whether mixture buckets start with the source's bucket (tokenize.buckets), so their names can be checked
+    against the sources before anything runs; buckets named by topic or format are the domains stage's."""
+    parts = (params.get("tokenize") or {}).get("buckets") or ["source"]
+    return isinstance(parts, list) and parts[:1] == ["source"]
+
+
 def _names(params: Mapping[str, Any], sources: list, buckets: set[str]) -> list[str]:
     """Names in one section that refer to another: buckets, tiers, sources. Only near misses are problems: a
     preset may weight a bucket a crawl lacks (a warning below), but `refrence` is a typo of `reference`."""
@@ -103,6 +110,8 @@ def _names(params: Mapping[str, Any], sources: list, buckets: set[str]) -> list[
     # A preset may weight buckets the sources lack (a crawl has no code): those names are known too, so a
     # misspelling of one (`refrence` beside `reference`) is caught even where no source fills either.
     # Of two such names the one written less often is the typo.
+    if not by_source(params):
+        return out  # buckets named by the domains stage's labels (t03, article ...): known once it has run
     uses = Counter(w.partition("/")[0] for weights in phases.values() for w in weights)
     uses.update((params.get("tokenizer") or {}).get("sample_weights") or {})
     for phase, weights in phases.items():
@@ -233,7 +242,7 @@ def check_config(params: Mapping[str, Any], dvc: Mapping[str, Any], root: str | 
     buckets = {s.bucket for s in sources if files.get(s.name)}
     problems += _names(params, sources, {s.bucket for s in sources})
     missing: set[str] = set()
-    for name, phase in ((params.get("mixture") or {}).get("phases") or {}).items():
+    for name, phase in ((params.get("mixture") or {}).get("phases") or {}).items() if by_source(params) else ():
         weights = (phase or {}).get("weights") or {}
         filled = [b for b, w in weights.items() if w and b.split("/")[0] in buckets]
         missing.update(b for b, w in weights.items() if w and b.split("/")[0] not in buckets)

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from tokenmill.benchmarks import Benchmarks
 from tokenmill.decontam.params import Decontaminate
 from tokenmill.dedup.params import Dedup
+from tokenmill.domains.params import Domains, Embed
 from tokenmill.evaluate.params import Evaluate
 from tokenmill.execution.params import Execution
 from tokenmill.export.params import Export
@@ -37,8 +38,8 @@ from tokenmill.tokenizer.params import Tokenizer
 from tokenmill.train.config import ModelConfig, Scout, TrainConfig, TrainConfigError, parse_run, scout_run_config
 
 SECTIONS: dict[str, type[Section]] = {s.section: s for s in (
-    Benchmarks, Sample, Ingest, Filter, Pii, Dedup, Quality, Decontaminate, Tokenizer, Tokenize, Mixture, Evaluate,
-    Export, Lineage, Execution)}
+    Benchmarks, Sample, Ingest, Filter, Pii, Dedup, Quality, Decontaminate, Embed, Domains, Tokenizer, Tokenize, Mixture,
+    Evaluate, Export, Lineage, Execution)}
 
 # Sections checked by more than their model: a model per declared source or rung, the runs the training sections
 # make together.

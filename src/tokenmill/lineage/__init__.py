@@ -110,19 +110,29 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
     # (a count per document as a correlated subquery ran out of DuckDB's 2GB at 10 M documents: RESULTS, "The
     # lineage build from 1 to 10 million documents"), which DuckDB spills to disk.
     last = data_root / stages[-1] / "documents" / "*.parquet"
+    # The domains stage (tokenmill.domains.labels) labels every document it sees: its topic, format and toxicity
+    # score become columns (null for a document dropped before it), its topics a table.
+    labelled = next((s for s in stages if (data_root / s / "topics.parquet").is_file()), None)
     con.execute(f"""CREATE TABLE documents AS
         SELECT r.doc_id, r.source, r.bucket, r.url, r.record_type, r.record_id, r.crawl_date, r.content_type,
                r.file, r.locator, r.payload_bytes,
                CASE WHEN d.doc_id IS NULL THEN 'kept' ELSE 'dropped' END AS fate,
                d.stage AS dropped_at, d.reason AS drop_reason,
                coalesce(m.n, 0) AS times_modified,
-               o.text_chars AS final_text_chars
+               o.text_chars AS final_text_chars,
+               l.topic, l.format, l.toxicity, l.toxicity_tagged
         FROM records r
         LEFT JOIN (SELECT doc_id, stage, reason FROM decisions WHERE action = 'drop') d USING (doc_id)
         LEFT JOIN (SELECT doc_id, count(*) AS n FROM decisions WHERE action = 'modify' GROUP BY doc_id) m
             USING (doc_id)
         LEFT JOIN (SELECT doc_id, length(text) AS text_chars FROM read_parquet('{last}')) o USING (doc_id)
+        LEFT JOIN (SELECT doc_id, json_extract_string(details, '$.topic') AS topic,
+                          json_extract_string(details, '$.format') AS format, scores['toxicity'] AS toxicity,
+                          reason IN ('toxicity_tagged', 'toxicity') AS toxicity_tagged
+                   FROM decisions WHERE stage = '{labelled}') l USING (doc_id)
         ORDER BY r.source, r.file, r.doc_id""")
+    if labelled:
+        con.execute(f"CREATE TABLE topics AS SELECT * FROM read_parquet('{data_root / labelled / 'topics.parquet'}')")
 
     # Files are counted from what ingest matched (its manifest), so an empty or unreadable file still counts.
     files = manifests[0].get("source_files") or {}

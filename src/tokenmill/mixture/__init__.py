@@ -78,7 +78,8 @@ def split_heldout(index: pa.Table, fraction: float, seed: int) -> pa.Array:
 
 def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: int,
                max_epochs: Mapping[str, float] | float = 4.0, heldout_fraction: float = 0.0,
-               cap_budget: bool = False, canaries: Mapping[str, int] | None = None) -> dict:
+               cap_budget: bool = False, canaries: Mapping[str, int] | None = None,
+               excluded: Mapping[str, frozenset[str]] | None = None) -> dict:
     """index: columns doc_id, bucket, shard, offset, length. Returns plan, bucket summary, held-out ids.
 
     A bucket the budget would repeat more than its max_epochs stops the plan (MixtureError), unless
@@ -91,7 +92,12 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
     canaries: {doc_id: planned visits} of the index's canary documents (tokenmill.canaries). They are never
     held out and never weighted: each is placed exactly that many times, at seeded places of the finished
     stream (plant_canaries). A canary of 0 visits is a control that was never planted: not in the index.
+
+    excluded: {phase: doc_ids} that phase never places (documents tagged toxic kept out of the anneal). The
+    bucket's stream passes over such a document (its turn in that epoch is spent) and takes the next, so the
+    phase's quota is filled from the others and the bulk, which excludes nothing, is planned as without it.
     """
+    excluded = excluded or {}
     canaries = {doc_id: v for doc_id, v in (canaries or {}).items() if v > 0}
     if canaries:
         planted = pc.is_in(index.column("doc_id"), pa.array(sorted(canaries), pa.string()))
@@ -161,12 +167,21 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
             n = t.num_rows
             ids, shards = t.column("doc_id").to_pylist(), t.column("shard").to_pylist()
             offsets, lengths = t.column("offset").to_numpy(), t.column("length").to_numpy()
+            skip, passed = excluded.get(ph.name, frozenset()), 0
             got = 0
             while got < quota:
                 epoch, i = divmod(cursor[b], n)
                 if (b, epoch) not in orders:
                     orders[(b, epoch)] = _permutation(n, seed, b, epoch)
                 j = int(orders[(b, epoch)][i])
+                if ids[j] in skip:
+                    cursor[b] += 1
+                    passed += 1
+                    if passed > n:  # every document of the bucket is excluded from this phase
+                        raise MixtureError(f"mixture: phase {ph.name!r} excludes every document of bucket {b!r} "
+                                           f"(tagged by the domains stage); drop its weight in that phase or "
+                                           f"the phase from mixture.exclude_tagged_from")
+                    continue
                 size = int(lengths[j]) + 1  # + end-of-text
                 if size > room[b]:
                     break

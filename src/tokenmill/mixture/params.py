@@ -35,6 +35,17 @@ class Mixture(Section):
         # keyed by bucket: a given mapping is merged over the default, so `{code: 2}` still caps every other bucket
         return {**cls.model_fields["max_epochs"].default, **v}
     phases: dict[str, Phase] = Field(min_length=1)
+    # Phases that place no document the domains stage tagged as toxic (domains.toxicity.tag_above): e.g. [anneal],
+    # so the last, high-quality tokens hold none while the bulk keeps them (they are tagged, not dropped).
+    exclude_tagged_from: list[str] = []
+
+    @model_validator(mode="after")
+    def _excluded_phases_exist(self) -> "Mixture":
+        unknown = [p for p in self.exclude_tagged_from if p not in self.phases]
+        if unknown:
+            raise ValueError(f"exclude_tagged_from: expected phases of this mixture ({', '.join(self.phases)}), "
+                             f"got {unknown}")
+        return self
 
     @model_validator(mode="after")
     def _fractions_sum_to_one(self) -> "Mixture":

@@ -22,6 +22,16 @@ def _write(table: pa.Table, path: Path) -> None:
     schema.write_parquet(table, table.schema, path)
 
 
+def tagged_documents(documents_dir: Path) -> frozenset[str]:
+    """The doc_ids the domains stage tagged as toxic: its decisions, read from the token stage's input stage."""
+    decisions = sorted((documents_dir / "decisions").glob("*.parquet"))
+    if not (documents_dir / "topics.parquet").is_file():
+        raise ValueError(f"mixture.exclude_tagged_from: {documents_dir} is not a domains stage's output, so no "
+                         f"document carries a toxicity tag; run the domains stage before tokenize")
+    return frozenset(duckdb.sql(f"""SELECT doc_id FROM read_parquet({[str(p) for p in decisions]})
+                                    WHERE reason = 'toxicity_tagged'""").to_arrow_table().column("doc_id").to_pylist())
+
+
 def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, model_cfg: Mapping,
                  out_dir: str | Path, plots_dir: str | Path = "plots") -> StageResult:
     """Plan training over input_dir's token index (the tokenize stage's output folder) into out_dir: the plan,
@@ -45,9 +55,13 @@ def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, m
     # A budget the user set is what they asked for: a corpus too small for it stops the plan. A derived one
     # (tokens_per_param x parameters) shrinks to what the epoch caps allow, with one warning line.
     planted = pq.read_table(tok / canaries.TABLE).to_pylist() if (tok / canaries.TABLE).exists() else []
+    tagged = tagged_documents(tok.parent / tok_manifest["input_stage"]) if mixture.exclude_tagged_from else frozenset()
     result = build_plan(index, phases, budget, mixture.seed, mixture.max_epochs,
                         mixture.heldout_fraction, cap_budget=not budget_cfg.get("token_budget"),
-                        canaries={c["doc_id"]: c["planned_visits"] for c in planted})
+                        canaries={c["doc_id"]: c["planned_visits"] for c in planted},
+                        excluded={p: tagged for p in mixture.exclude_tagged_from})
+    if mixture.exclude_tagged_from:
+        out.metrics["tagged_documents_excluded"] = len(tagged)
     plan = result["plan"]
     if (by := result["capped_by"]) is not None:
         cap = mixture.max_epochs.get(by, mixture.max_epochs["default"])

@@ -58,6 +58,7 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     con = connect(db, extra=audit_tables(project))  # FileNotFoundError naming a missing database
     try:
         built = [S.funnel(con, plots), S.languages(con, plots), S.quality(con, plots), S.duplicates(con, plots),
+                 S.domains(con, plots),
                  S.mixture(con, plots), S.contamination(con, plots), S.training(con, plots, project), S.canaries(con, plots)]
     finally:
         con.close()

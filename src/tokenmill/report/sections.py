@@ -287,6 +287,57 @@ def mixture(con, plots: Plots) -> Section:
     return s
 
 
+def domains(con, plots: Plots) -> Section:
+    s = Section("domains", "Domains: topics, formats and the toxicity tag")
+    if "topics" not in _tables(con):
+        return _not_run(s, "no topics in the lineage (the domains stage has not run)")
+    named = con.execute("SELECT topic, name, documents, examples FROM topics ORDER BY topic").fetchall()
+    # The mix at the domains stage (every document it labelled) and in the plan (tokens the run reads).
+    seen = con.execute("""SELECT topic, format, count(*) FROM documents WHERE topic IS NOT NULL GROUP BY ALL""").fetchall()
+    planned = []
+    if "plan" in _tables(con):
+        planned = con.execute("""SELECT d.topic, d.format, sum(p.length) FROM plan p JOIN documents d USING (doc_id)
+                                 GROUP BY ALL""").fetchall()
+    topics = [t for t, *_ in named]
+    formats = sorted({f for _, f, _ in seen if f is not None})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, rows, unit in ((axes[0], seen, "documents labelled"), (axes[1], planned, "tokens planned")):
+        total = sum(n for *_, n in rows) or 1
+        bottom = np.zeros(len(topics))
+        for f in formats:
+            share = np.array([sum(n for t, ff, n in rows if t == topic and ff == f) / total for topic in topics])
+            ax.bar(range(len(topics)), share, bottom=bottom, label=f)
+            bottom += share
+        ax.set_xticks(range(len(topics)), topics, rotation=90, fontsize=7)
+        ax.set_ylabel(f"share of {unit}")
+    axes[1].legend(fontsize=7)
+    s.images.append(plots.save(fig, "domains"))
+    by_topic = {t: (sum(n for tt, _, n in seen if tt == t), sum(n for tt, _, n in planned if tt == t)) for t in topics}
+    plan_total = sum(n for *_, n in planned) or None
+    s.html.append(table(["topic", "name", "documents", "share of planned tokens", "nearest its centre"],
+                        [(t, name, n, None if plan_total is None else by_topic[t][1] / plan_total,
+                          ", ".join(examples[:2])) for t, name, n, examples in named], numeric_from=2))
+    s.html.append(table(["format", "documents", "share of planned tokens"],
+                        [(f, sum(n for _, ff, n in seen if ff == f),
+                          None if plan_total is None else sum(n for _, ff, n in planned if ff == f) / plan_total)
+                         for f in formats]))
+    tox = con.execute("""SELECT r.bucket, d.format, count(*), sum(CASE WHEN d.toxicity_tagged THEN 1 ELSE 0 END),
+                                 max(d.toxicity)
+                         FROM documents d JOIN records r USING (doc_id) WHERE d.topic IS NOT NULL
+                         GROUP BY ALL ORDER BY 1, 2""").fetchall()
+    s.html.append(table(["source bucket", "format", "documents", "toxicity-tagged", "highest score"], tox,
+                        numeric_from=2))
+    tagged = con.execute("""SELECT doc_id, url, format, toxicity, dropped_at IS NOT NULL FROM documents
+                            WHERE toxicity_tagged ORDER BY toxicity DESC LIMIT 10""").fetchall()
+    if tagged:
+        s.html.append(table(["tagged document", "url", "format", "toxicity", "dropped"], tagged, numeric_from=3))
+    s.note = ("Topics are k-means clusters of the document embeddings, named by their most distinctive words; "
+              "the toxicity score tags (and removes only where domains.toxicity.drop_above is set). Review a "
+              "slice's tagged documents with `tokenmill audit sql`: the score's false positives per slice are in "
+              "benchmarks/RESULTS.md, \"Toxicity\".")
+    return s
+
+
 def contamination(con, plots: Plots) -> Section:
     s = Section("contamination", "Contamination")
     if "contamination" not in _tables(con):

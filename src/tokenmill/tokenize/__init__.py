@@ -1,7 +1,9 @@
 """The tokenize stage: curated documents -> flat token shards per mixture bucket + a Parquet index (contract 8).
 
 A mixture bucket is the document's bucket, optionally split into quality tiers by the score the quality
-stage recorded (`tokenize.quality_tiers`), e.g. web/high and web/low. Tiers are quantiles of the bucket's
+stage recorded (`tokenize.quality_tiers`), e.g. web/high and web/low; `tokenize.buckets` can name it by the
+domains stage's labels too (topic, format, toxicity: read from the input stage's decisions), alone or crossed
+with the source and tier (bucket_name). Tiers are quantiles of the bucket's
 scores ({tier: quantile floor}), resolved once to absolute cut-offs recorded in the manifest: the
 classifier's absolute scores depend on what it was trained against, their order does not. Each input shard is one task: it
 writes tokens/<bucket>/<shard>.bin (uint16 when the vocabulary fits, else uint32; end-of-text after every
@@ -11,6 +13,7 @@ document) and index/<shard>.parquet (doc_id, source, bucket, shard, offset, leng
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -69,6 +72,26 @@ def tier_cutoffs(quantiles: Mapping[str, Mapping[str, float]], documents: Path, 
     return out
 
 
+DOMAIN_PARTS = ("topic", "format", "toxicity")  # read from the domains stage's decisions
+
+
+def bucket_name(parts: list[str], bucket: str, tiers: Mapping[str, float] | None, score: float | None,
+                labels: Mapping[str, str]) -> str:
+    """The mixture bucket of a document: its parts in tokenize.buckets' order, joined by "/"."""
+    values = {"source": bucket, "tier": tier_of(score, tiers) if tiers else None, **labels}
+    return "/".join(values[p] for p in parts if values.get(p) is not None)
+
+
+def domain_labels(decisions: str) -> dict[str, dict[str, str]]:
+    """doc_id -> {topic, format, toxicity} from a domains stage's decision shard."""
+    out = {}
+    for row in pq.read_table(decisions, columns=["doc_id", "reason", "details"]).to_pylist():
+        details = json.loads(row["details"] or "{}")
+        out[row["doc_id"]] = {"topic": details.get("topic"), "format": details.get("format"),
+                              "toxicity": "toxic" if row["reason"] == "toxicity_tagged" else "clean"}
+    return out
+
+
 @dataclass
 class TokenizeTask:
     input_path: str
@@ -76,6 +99,8 @@ class TokenizeTask:
     tokenizer_dir: str
     out_dir: str
     tiers: dict
+    parts: tuple = ("source", "tier")  # tokenize.buckets
+    domain_decisions: str | None = None  # the input (domains) stage's decision shard, when parts name its labels
 
 
 _TOKENIZERS: dict[str, object] = {}
@@ -140,11 +165,12 @@ def tokenize_shard(task: TokenizeTask) -> dict:
     if task.quality_decisions and task.tiers:
         for row in pq.read_table(task.quality_decisions, columns=["doc_id", "scores"]).to_pylist():
             scores[row["doc_id"]] = dict(row["scores"] or []).get("quality_score")
+    labels = domain_labels(task.domain_decisions) if task.domain_decisions else {}
     shard = Path(task.input_path).stem
     by_bucket: dict[str, list[dict]] = {}
     for d in docs:
-        tiers = task.tiers.get(d["bucket"])
-        key = f"{d['bucket']}/{tier_of(scores.get(d['doc_id']), tiers)}" if tiers else d["bucket"]
+        key = bucket_name(list(task.parts), d["bucket"], task.tiers.get(d["bucket"]) if "tier" in task.parts else None,
+                          scores.get(d["doc_id"]), labels.get(d["doc_id"], {}))
         by_bucket.setdefault(key, []).append(d)
     index, tokens = [], 0
     for bucket in sorted(by_bucket):
@@ -182,8 +208,14 @@ def tokenize_documents(input_dir: str | Path, tokenizer_dir: str | Path, scores_
         result.input_hashes[scores_dir.name] = input_id(scores_dir)
     tiers = tier_cutoffs(params.quality_tiers, input_dir / "documents", quality)
     result.extra["quality_tier_cutoffs"] = tiers
+    parts = tuple(params.buckets)
+    if set(parts) & set(DOMAIN_PARTS) and not (input_dir / "topics.parquet").exists():
+        raise ValueError(f"tokenize.buckets: {[p for p in parts if p in DOMAIN_PARTS]} are the domains stage's labels, "
+                         f"and {input_dir} is not a domains stage's output")
+    domains = set(parts) & set(DOMAIN_PARTS)
     tasks = [TokenizeTask(str(p), str(quality / p.name) if (quality / p.name).exists() else None,
-                          str(tok_dir), str(out_dir), tiers) for p in shards]
+                          str(tok_dir), str(out_dir), tiers, parts,
+                          str(input_dir / "decisions" / p.name) if domains else None) for p in shards]
     with make_executor(execution_cfg, result.timing) as ex:
         results = ex.map(tokenize_shard, tasks, desc=STAGE)
     # The canaries (tokenmill.canaries): their own token file and index shard, beside the documents'.

@@ -1,0 +1,133 @@
+"""The domains stage: each document's topic (clusters of the embed stage's vectors), format and toxicity score.
+
+Its decision per document keeps it (reason `labelled`, or `toxicity_tagged` at domains.toxicity.tag_above) or,
+only when domains.toxicity.drop_above is set, drops it (`toxicity`); the details hold {"topic", "format"} and the
+scores toxicity, topic_similarity and the format rules' measures, so the lineage has every document's domain,
+format and score, and the tokenize stage can name mixture buckets by them (tokenize.buckets). The topics, their
+names, sizes and examples: topics.parquet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tokenmill import schema
+from tokenmill.docstage import Outcome, map_document_shards
+from tokenmill.domains import formats, toxicity
+from tokenmill.domains import topics as topic_model
+from tokenmill.domains.embed import read_vectors
+from tokenmill.domains.params import Domains
+from tokenmill.execution import log_phase
+from tokenmill.runtime import StageResult, input_id
+
+logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # it logs at INFO which CPU build it loaded
+
+
+TOPICS = pa.schema([
+    ("topic", pa.string()),  # t00, t01, ...: numbered by size, largest first
+    ("name", pa.string()),  # its most distinctive words, joined by '-'
+    ("terms", pa.list_(pa.string())),
+    ("documents", pa.int64()),
+    ("examples", pa.list_(pa.string())),  # URLs (or doc_ids) of the documents nearest its centre
+])
+
+
+def _assignments_file(scratch: str | Path, first_doc_id: str) -> Path:
+    """A shard's topic assignments, named by its first doc_id (as the quality stage keeps its scores)."""
+    return Path(scratch) / f"{hashlib.blake2b(first_doc_id.encode(), digest_size=12).hexdigest()}.parquet"
+
+
+class DomainsProcessor:
+    """Per shard: the topic found by the clustering pass, the format by rules, the toxicity score, and the
+    decision (keep; keep tagged; drop only above domains.toxicity.drop_above)."""
+
+    def __init__(self, params: Mapping):
+        self.scratch = params["_assignments"]
+        self.cfg = Domains.model_validate(params["domains"])
+
+    def batch(self, docs: list[dict]):
+        if not docs:
+            return
+        table = pq.read_table(_assignments_file(self.scratch, docs[0]["doc_id"]))
+        if table["doc_id"].to_pylist() != [d["doc_id"] for d in docs]:
+            raise RuntimeError("domains: the embed stage's vectors do not belong to this shard (first document "
+                               f"{docs[0]['doc_id']}); rerun embed on the same documents")
+        tox = self.cfg.toxicity
+        scores = toxicity.scores([d["text"] for d in docs], tox.max_paragraphs) if tox.enabled else None
+        for i, (doc, topic, sim) in enumerate(zip(docs, table["topic"].to_pylist(),
+                                                  table["similarity"].to_pylist())):
+            measures = {"topic_similarity": round(float(sim), 6)}
+            details = {"topic": topic}
+            if self.cfg.formats:
+                label, format_measures = formats.format_of(doc["text"], doc.get("url"), doc.get("bucket"))
+                details["format"] = label
+                measures.update(format_measures)
+            if scores is None:
+                yield Outcome("keep", "labelled", measures, details)
+                continue
+            score = round(float(scores[i]), 6)
+            measures["toxicity"] = score
+            if tox.drop_above is not None and score >= tox.drop_above:
+                yield Outcome("drop", "toxicity", measures, {**details, "drop_above": tox.drop_above})
+            elif score >= tox.tag_above:
+                yield Outcome("keep", "toxicity_tagged", measures, details)
+            else:
+                yield Outcome("keep", "labelled", measures, details)
+
+
+def label_documents(input_dir: str | Path, embed_dir: str | Path, params: Domains, execution_cfg: Mapping | None,
+                    out_dir: str | Path) -> StageResult:
+    """Topics of input_dir's documents from embed_dir's vectors (topics.parquet), then one decision per
+    document with its topic, format and toxicity (documents/, decisions/ under out_dir)."""
+    input_dir, embed_dir, out_dir = Path(input_dir), Path(embed_dir), Path(out_dir)
+    result = StageResult()
+    result.input_hashes[embed_dir.name] = input_id(embed_dir)
+    doc_ids, vectors = read_vectors(embed_dir)
+    docs = pa.concat_tables([pq.ParquetFile(p).read(columns=["doc_id", "url", "text"])
+                             for p in sorted((input_dir / "documents").glob("*.parquet"))])
+    if docs.column("doc_id").to_pylist() != doc_ids:
+        raise ValueError(f"domains: {embed_dir} holds vectors of other documents than {input_dir} "
+                         f"({len(doc_ids)} vectors, {docs.num_rows} documents); rerun the embed stage on it")
+    t = params.topics
+    log_phase("domains", f"clustering {len(doc_ids)} documents into {t.k} topics")
+    found = topic_model.cluster(vectors, t.k, t.seed, t.iterations) if doc_ids else None
+    k = 0 if found is None else found.centroids.shape[0]
+    texts = docs.column("text").to_pylist()
+    urls = docs.column("url").to_pylist()
+    rows = []
+    if found is not None:
+        terms = topic_model.names(texts, found.labels, found.similarity, k, t.terms)
+        for c in range(k):
+            members = np.flatnonzero(found.labels == c)
+            nearest = members[np.argsort(-found.similarity[members], kind="stable")][:t.examples]
+            rows.append({"topic": topic_model.topic_id(c), "name": "-".join(terms[c]) or topic_model.topic_id(c),
+                         "terms": terms[c], "documents": int(members.size),
+                         "examples": [urls[i] or doc_ids[i] for i in nearest]})
+    schema.write_parquet(rows, TOPICS, out_dir / "topics.parquet")
+    # Per shard, in the shard's own order: read back by the processor from the scratch folder.
+    scratch = out_dir / "_assignments"
+    scratch.mkdir()
+    start = 0
+    for path in sorted((input_dir / "documents").glob("*.parquet")):
+        n = pq.ParquetFile(path).metadata.num_rows
+        if n:
+            sl = slice(start, start + n)
+            pq.write_table(pa.table({"doc_id": doc_ids[sl],
+                                     "topic": [topic_model.topic_id(int(c)) for c in found.labels[sl]],
+                                     "similarity": found.similarity[sl].astype(np.float64)}),
+                           _assignments_file(scratch, doc_ids[start]))
+        start += n
+    result.extra["topics"] = {r["topic"]: r["name"] for r in rows}
+    result.metrics["topics"] = k
+    proc_params = {"_assignments": str(scratch), "domains": params.model_dump()}
+    result.record(map_document_shards("domains", input_dir, DomainsProcessor, proc_params, execution_cfg, out_dir))
+    shutil.rmtree(scratch)  # scratch, not output: the decisions hold every document's topic
+    return result
