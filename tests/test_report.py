@@ -25,7 +25,7 @@ from tokenmill import lineage
 from tokenmill.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ["funnel", "languages", "quality", "duplicates", "mixture", "contamination", "training", "canaries", "scaling",
+SECTIONS = ["funnel", "languages", "quality", "duplicates", "domains", "mixture", "contamination", "training", "canaries", "scaling",
             "evaluation", "signal_noise"]
 
 
@@ -250,6 +250,27 @@ def test_report_plots_each_runs_canary_exposure_against_its_visits(tiny, report)
     (tests/test_pipeline_e2e.py::test_demo_dag checks the same section there)."""
     out, summary = report
     check_canary_section(tiny, out, summary, sets=2)
+
+
+def test_report_shows_each_topic_with_its_share_of_the_plan(tiny, report):
+    """The domains section: every topic of the lineage's `topics` table by its name and size, the share of the
+    planned tokens it holds (summing to 1 over the topics), and toxicity per source bucket and format."""
+    out, summary = report
+    assert summary["sections"]["domains"] == "ok" and (out / "plots" / "domains.png").stat().st_size > 5000
+    con = lineage.connect(tiny / "lineage" / lineage.DB_NAME, extra=lineage.audit_tables(tiny))
+    topics = con.execute("SELECT topic, name, documents FROM topics ORDER BY topic").fetchall()
+    shares = dict(con.execute("""SELECT d.topic, sum(p.length) / (SELECT sum(length) FROM plan p2
+                                     JOIN documents d2 USING (doc_id) WHERE d2.topic IS NOT NULL)
+                                 FROM plan p JOIN documents d USING (doc_id) WHERE d.topic IS NOT NULL
+                                 GROUP BY ALL""").fetchall())
+    con.close()
+    page = (out / "index.html").read_text()
+    assert len(topics) == 12 and abs(sum(shares.values()) - 1) < 1e-9
+    for topic, name, documents in topics:
+        row = f'<td class="txt">{topic}</td><td class="txt">{name}</td><td class="num">{documents:,}</td>'
+        assert row in page, topic
+        assert f'{row}<td class="num">{shares.get(topic, 0):.4g}</td>' in page, topic
+    assert "toxicity-tagged" in page
 
 
 def test_missing_inputs_say_not_run(tiny, tmp_path):

@@ -297,7 +297,7 @@ def domains(con, plots: Plots) -> Section:
     planned = []
     if "plan" in _tables(con):
         planned = con.execute("""SELECT d.topic, d.format, sum(p.length) FROM plan p JOIN documents d USING (doc_id)
-                                 GROUP BY ALL""").fetchall()
+                                 WHERE d.topic IS NOT NULL GROUP BY ALL""").fetchall()  # canaries: no topic
     topics = [t for t, *_ in named]
     formats = sorted({f for _, f, _ in seen if f is not None})
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
