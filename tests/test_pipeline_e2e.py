@@ -506,6 +506,34 @@ def test_forced_rerun_and_comment_edit_do_only_their_own_work(demo):
         _run(["dvc", "repro"], repo)
 
 
+@pytest.mark.slow
+def test_a_changed_topic_count_reruns_the_domains_and_what_reads_them(demo):
+    """domains.topics.k is the domains stage's: a new count reruns it and the stages reading its output (tokenize,
+    whose shards come out byte-identical while buckets do not name topics, so no training run reruns; the mixture,
+    for the tags; the lineage and the report), and nothing upstream: not the embeddings, not decontaminate."""
+    repo, _, _ = demo
+    before = _outs(repo)
+    params = repo / "params.yaml"
+    original = params.read_text()
+    try:
+        changed = yaml.safe_load(original)
+        changed["domains"]["topics"]["k"] = 5
+        params.write_text(yaml.safe_dump(changed, sort_keys=False))
+        out = _run(["dvc", "repro"], repo).stdout
+        assert _ran(out) == {"check", "domains", "tokenize", "mixture", "lineage", "report"}, out
+        after = _outs(repo)
+        moved = {p for p in before if after[p] != before[p]}
+        assert {"data/domains", "metrics/domains.json"} <= moved, moved
+        assert not {p for p in moved if p.startswith(("data/", "dvclive", "metrics/train"))} - {"data/domains"}, moved
+        con = lineage.connect(repo / "lineage" / lineage.DB_NAME)
+        assert con.execute("SELECT count(*) FROM topics").fetchone()[0] == 5
+        con.close()
+    finally:
+        params.write_text(original)
+        _run(["dvc", "repro"], repo)
+    assert _outs(repo) == before
+
+
 def _stale(repo: Path) -> set[str]:
     """The stages `dvc status` finds changed (their deps, params or outputs)."""
     return set(json.loads(_run(["dvc", "status", "--json"], repo).stdout or "{}"))
