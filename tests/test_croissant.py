@@ -216,6 +216,6 @@ def test_same_build_same_release_and_bad_input_is_one_line(tiny, release, tmp_pa
         write_release(bare, tmp_path / "out")
     (bare / "lineage").mkdir(parents=True)
     shutil.copy(tiny / "lineage" / "lineage.duckdb", bare / "lineage")
-    with pytest.raises(FileNotFoundError, match=r"data/decontaminate has no manifest\.json"):
+    with pytest.raises(FileNotFoundError, match=r"data/domains has no manifest\.json"):
         write_release(bare, tmp_path / "out")
     assert not (tmp_path / "out").exists()
