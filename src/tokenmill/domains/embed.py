@@ -64,26 +64,36 @@ def chunks(text: str, chunk_chars: int, max_chunks: int) -> list[str]:
     return pieces
 
 
-def embed_texts(texts: list[str], model: str = "wordllama/l2_supercat", dim: int = 256, chunk_chars: int = 2000,
-                max_chunks: int = 8, batch_size: int = 64) -> np.ndarray:
-    """Unit-length float32 vectors, one per text (an empty text: the zero vector)."""
-    wl = load(model, dim)
-    pieces, owner, weight = [], [], []
+def chunk_documents(texts: list[str], chunk_chars: int, max_chunks: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Every text's chunks in one list, with the index of the text each belongs to and its length (its weight)."""
+    pieces, owner = [], []
     for i, text in enumerate(texts):
-        for piece in chunks(text, chunk_chars, max_chunks):
+        for piece in chunks(text or "", chunk_chars, max_chunks):
             pieces.append(piece)
             owner.append(i)
-            weight.append(len(piece))
-    out = np.zeros((len(texts), dim), dtype=np.float32)
+    return pieces, np.asarray(owner, dtype=np.int64), np.fromiter(map(len, pieces), np.float32, len(pieces))
+
+
+def embed_chunks(pieces: list[str], owner: np.ndarray, weight: np.ndarray, n: int, model: str, dim: int,
+                 batch_size: int) -> np.ndarray:
+    """Unit-length float32 vectors of n texts from their chunks (chunk_documents); a text with no characters:
+    the zero vector."""
+    out = np.zeros((n, dim), dtype=np.float32)
     if not pieces:
         return out
     # Sorted by length so that a batch pads to texts of about its own length, not to the longest chunk.
-    order = np.argsort([len(p) for p in pieces], kind="stable")
+    order = np.argsort(weight, kind="stable")
     vectors = np.empty((len(pieces), dim), dtype=np.float32)
-    vectors[order] = wl.embed([pieces[i] for i in order], norm=False, batch_size=batch_size)
-    np.add.at(out, np.asarray(owner), vectors * np.asarray(weight, dtype=np.float32)[:, None])
+    vectors[order] = load(model, dim).embed([pieces[i] for i in order], norm=False, batch_size=batch_size)
+    np.add.at(out, owner, vectors * weight[:, None])
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+
+def embed_texts(texts: list[str], model: str = "wordllama/l2_supercat", dim: int = 256, chunk_chars: int = 2000,
+                max_chunks: int = 8, batch_size: int = 64) -> np.ndarray:
+    """Unit-length float32 vectors, one per text (an empty text: the zero vector)."""
+    return embed_chunks(*chunk_documents(texts, chunk_chars, max_chunks), len(texts), model, dim, batch_size)
 
 
 def vector_schema(dim: int) -> pa.Schema:
@@ -94,15 +104,13 @@ def embed_shard(task: tuple[str, str, dict]) -> dict:
     """Worker: the vectors of one document shard, written under the same file name."""
     path, out_dir, p = task
     table = pq.ParquetFile(path).read(columns=["doc_id", "text"])
-    vectors = embed_texts(table.column("text").to_pylist(), p["model"], p["dim"], p["chunk_chars"],
-                                p["max_chunks"], p["batch_size"])
+    texts = table.column("text").to_pylist()
+    pieces, owner, weight = chunk_documents(texts, p["chunk_chars"], p["max_chunks"])
+    vectors = embed_chunks(pieces, owner, weight, len(texts), p["model"], p["dim"], p["batch_size"])
     out = pa.table({"doc_id": table.column("doc_id"),
                     "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel(), pa.float32()), p["dim"])})
     schema.write_parquet(out, vector_schema(p["dim"]), Path(out_dir) / "vectors" / Path(path).name)
-    texts = table.column("text").to_pylist()
-    return {"documents": table.num_rows, "chunks": sum(len(chunks(t, p["chunk_chars"], p["max_chunks"]))
-                                                        for t in texts),
-            "empty": int(sum(1 for t in texts if not (t or "").strip()))}
+    return {"documents": len(texts), "chunks": len(pieces), "empty": int(sum(1 for t in texts if not (t or "").strip()))}
 
 
 def embed_documents(input_dir: str | Path, params: Embed, execution_cfg: Mapping | None,

@@ -17,6 +17,7 @@ from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill import schema
@@ -51,7 +52,7 @@ class DomainsProcessor:
 
     def __init__(self, params: Mapping):
         self.scratch = params["_assignments"]
-        self.cfg = Domains.model_validate(params["domains"])
+        self.cfg: Domains = params["domains"]  # the stage's typed section, as the stage script resolved it
 
     def batch(self, docs: list[dict]):
         if not docs:
@@ -91,8 +92,12 @@ def label_documents(input_dir: str | Path, embed_dir: str | Path, params: Domain
     result = StageResult()
     result.input_hashes[embed_dir.name] = input_id(embed_dir)
     doc_ids, vectors = read_vectors(embed_dir)
-    docs = pa.concat_tables([pq.ParquetFile(p).read(columns=["doc_id", "url", "text"])
-                             for p in sorted((input_dir / "documents").glob("*.parquet"))])
+    # Only the opening of each text is kept in memory: it is all that names a topic (topics.NAME_CHARS).
+    shards = [pq.ParquetFile(p).read(columns=["doc_id", "url", "text"])
+              for p in sorted((input_dir / "documents").glob("*.parquet"))]
+    shards = [t.set_column(2, "text", pc.utf8_slice_codeunits(t.column("text"), 0, topic_model.NAME_CHARS))
+              for t in shards]
+    docs = pa.concat_tables(shards) if shards else pa.table({"doc_id": [], "url": [], "text": []})
     if docs.column("doc_id").to_pylist() != doc_ids:
         raise ValueError(f"domains: {embed_dir} holds vectors of other documents than {input_dir} "
                          f"({len(doc_ids)} vectors, {docs.num_rows} documents); rerun the embed stage on it")
@@ -116,8 +121,7 @@ def label_documents(input_dir: str | Path, embed_dir: str | Path, params: Domain
     scratch = out_dir / "_assignments"
     scratch.mkdir()
     start = 0
-    for path in sorted((input_dir / "documents").glob("*.parquet")):
-        n = pq.ParquetFile(path).metadata.num_rows
+    for n in (t.num_rows for t in shards):
         if n:
             sl = slice(start, start + n)
             pq.write_table(pa.table({"doc_id": doc_ids[sl],
@@ -127,7 +131,7 @@ def label_documents(input_dir: str | Path, embed_dir: str | Path, params: Domain
         start += n
     result.extra["topics"] = {r["topic"]: r["name"] for r in rows}
     result.metrics["topics"] = k
-    proc_params = {"_assignments": str(scratch), "domains": params.model_dump()}
+    proc_params = {"_assignments": str(scratch), "domains": params}
     result.record(map_document_shards("domains", input_dir, DomainsProcessor, proc_params, execution_cfg, out_dir))
     shutil.rmtree(scratch)  # scratch, not output: the decisions hold every document's topic
     return result

@@ -129,7 +129,7 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
         LEFT JOIN (SELECT doc_id, json_extract_string(details, '$.topic') AS topic,
                           json_extract_string(details, '$.format') AS format, scores['toxicity'] AS toxicity,
                           reason IN ('toxicity_tagged', 'toxicity') AS toxicity_tagged
-                   FROM decisions WHERE stage = '{labelled}') l USING (doc_id)
+                   FROM decisions WHERE stage = '{labelled or ""}') l USING (doc_id)  -- none: null columns
         ORDER BY r.source, r.file, r.doc_id""")
     if labelled:
         con.execute(f"CREATE TABLE topics AS SELECT * FROM read_parquet('{data_root / labelled / 'topics.parquet'}')")
