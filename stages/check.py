@@ -9,7 +9,8 @@ from tokenmill.runtime import StageRun, load_params, script, write_json
 
 # Every section: the whole configuration is validated here, before ingest (execution too, which changes no
 # output and so is no dependency). Any parameter edit reruns this check, in seconds, with its output unchanged.
-KEYS = ("benchmarks", "sample", "sources", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "embed", "domains",
+KEYS = ("benchmarks", "sample", "sources", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "embed", "backcheck",
+        "domains",
         "tokenizer", "tokenize", "mixture", "train", "model", "scouts", "forecast", "export", "evaluate", "lineage")
 
 

@@ -1,9 +1,9 @@
 """DVC stage `evaluate`: lm-eval on the exported model, with scores on all and on clean items.
 
-Usage (dvc.yaml): python stages/evaluate.py <export stage> <plan stage> <documents stage>
+Usage (dvc.yaml): python stages/evaluate.py <export stage> <plan stage> <documents stage> <backcheck stage>
 Held-out bits per byte per mixture bucket on the plan's held-out documents (their text from the documents
 stage); every benchmark of `decontaminate.benchmarks`, its dirty items taken from the documents stage's
-contamination table. Then, over the ladder (the scouts and the full run, their in-loop scores and noise in
+contamination table, its suspects (clean_strict leaves them out too) from the backcheck stage's. Then, over the ladder (the scouts and the full run, their in-loop scores and noise in
 data/train), signal, noise and their ratio per metric, and the decision metric they choose
 (tokenmill.evaluate.signal). metrics/decision.json, the stage's one DVC metric, is the headline `dvc exp show`
 compares (headline below); metrics/evaluate.json keeps the detail.
@@ -19,17 +19,18 @@ from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table,
 from tokenmill.runtime import StageRun, input_id, load_params, script, write_json
 
 
-def main(export_stage: str, plan_stage: str, documents_stage: str) -> int:
+def main(export_stage: str, plan_stage: str, documents_stage: str, backcheck_stage: str) -> int:
     p = load_params("evaluate", "decontaminate.benchmarks")
     run_cfg = Evaluate.resolve(p["evaluate"]).model_dump(exclude={"inloop_items"})  # the evalset stage's key
     benchmarks = p["decontaminate"]["benchmarks"]
     with StageRun("evaluate", "data/evaluate", {**run_cfg, "benchmarks": benchmarks},
                   libraries=("lm-eval", "torch", "transformers")) as run:
-        for stage in (export_stage, plan_stage, documents_stage):
+        for stage in (export_stage, plan_stage, documents_stage, backcheck_stage):
             run.input_hashes[stage] = input_id(f"data/{stage}")
         heldout = heldout_documents(f"data/{plan_stage}/heldout.parquet", f"data/{documents_stage}/documents")
         out = run_evaluation(f"data/{export_stage}/hf", benchmarks, heldout,
-                             f"data/{documents_stage}/contamination", run.tmp, **run_cfg)
+                             f"data/{documents_stage}/contamination", run.tmp,
+                             suspects=f"data/{backcheck_stage}/suspects", **run_cfg)
         run.timing.update(out["timing"])
         run.metrics.update(summary_metrics(out["results"]))
         ladder = read_ladder("data/train")
@@ -67,12 +68,13 @@ def summary_metrics(results: dict) -> dict:
         if "metrics" not in r:
             continue
         scored[name] = r["metrics"]
-        entry: dict = {"dirty_items": r["dirty_items"], "items": r["items"]}
+        entry: dict = {"dirty_items": r["dirty_items"], "suspect_items": r["suspect_items"], "items": r["items"]}
         for m in METRICS:
             if m in r["metrics"]:
                 s = r["metrics"][m]
                 entry.update({m: s["all"], f"{m}_stderr": s["all_stderr"], f"{m}_clean": s["clean"],
-                              f"{m}_clean_stderr": s["clean_stderr"]})
+                              f"{m}_clean_stderr": s["clean_stderr"], f"{m}_clean_strict": s["clean_strict"],
+                              f"{m}_clean_strict_stderr": s["clean_strict_stderr"]})
         out[name] = entry
     mean = {k: round(v, 6) for k, v in benchmark_means(scored).items()}
     if mean:

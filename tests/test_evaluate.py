@@ -542,8 +542,14 @@ def test_benchmark_result_stderr_on_all_and_clean_items_by_hand():
                for k, (iid, gold, p0, p1, acc) in enumerate([("q1", 0, 0.75, 0.25, 1.0), ("q2", 1, 0.75, 0.25, 0.0),
                                                              ("q3", 0, 0.5, 0.5, 1.0), ("q4", 1, 0.125, 0.875, 1.0),
                                                              ("q5", 0, 0.25, 0.75, 0.0)])]
-    rows = _benchmark_rows(bench, samples, {"q1"})
-    m = _benchmark_result(bench, rows, {}, {"q1"})["metrics"]
+    rows = _benchmark_rows(bench, samples, {"q1"}, {"q1", "q3"})  # q3 a suspect of the embedding back-check
+    result = _benchmark_result(bench, rows, {}, {"q1"})
+    m = result["metrics"]
+    assert (result["dirty_items"], result["suspect_items"], result["clean_strict_items"]) == (1, 1, 3)
+    # clean_strict leaves out q1 (dirty) and q3 (suspect): acc 0, 1, 0, mean 1/3, sample variance 1/3, se 1/3.
+    assert m["acc"]["clean_strict"] == pytest.approx(1 / 3, abs=1e-6)
+    assert m["acc"]["clean_strict_stderr"] == pytest.approx(1 / 3, abs=1e-6)
+    assert m["acc"]["clean"] == pytest.approx(0.5, abs=1e-6)  # clean keeps the suspect
     # acc 1, 0, 1, 1, 0: all p = 3/5 of 5: sqrt(0.24 / 4); clean 0, 1, 1, 0: p = 1/2 of 4: sqrt(0.25 / 3).
     assert m["acc"]["all_stderr"] == pytest.approx(math.sqrt(0.06), abs=1e-6)
     assert m["acc"]["clean_stderr"] == pytest.approx(math.sqrt(1 / 12), abs=1e-6)

@@ -31,7 +31,7 @@ from tokenmill.evaluate.signal import CANDIDATES, run_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_STAGES = ["benchmarks", "sample", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "embed",
-               "domains", "tokenizer", "tokenize", "evalset"]
+               "backcheck", "domains", "tokenizer", "tokenize", "evalset"]
 
 
 def _check_step_tokens(con, token_dir, step):
@@ -159,6 +159,16 @@ def test_demo_dag(demo):
     assert sizes[0] == con.execute("SELECT count(*) FROM decisions WHERE stage = 'domains'").fetchone()[0]
     assert sizes[1] == 12 and con.execute("SELECT count(DISTINCT topic) FROM documents").fetchone()[0] == 12
     assert json.loads((repo / "reports" / "report.json").read_text())["sections"]["domains"] == "ok"
+
+    # The embedding back-checks ran after MinHash: each semantic cluster keeps exactly one document, its longest,
+    # every member is in the lineage with it, and by default nothing is removed (reported only).
+    clusters = con.execute("""SELECT s.cluster, count(*) FILTER (WHERE s.kept), count(*), any_value(s.cluster_size),
+                                     max(d.final_text_chars) = any_value(d.final_text_chars) FILTER (WHERE s.kept)
+                              FROM semantic_duplicates s JOIN documents d USING (doc_id) GROUP BY s.cluster""").fetchall()
+    assert clusters and all(kept == 1 and n == size and longest for _, kept, n, size, longest in clusters), clusters
+    assert con.execute("SELECT count(*) FROM decisions WHERE stage = 'backcheck' AND action = 'drop'").fetchone()[0] == 0
+    assert {s for (s,) in con.execute("SELECT DISTINCT status FROM contamination").fetchall()} <= \
+        {"contaminated", "near_miss", "suspect"}
 
     # Every stage that ran left its run record: the audit's stage_runs has a row for each (issue 11, item 4).
     # The seed replica of the first rung (TEST_SCOUTS: seeds 2) has its own run record.

@@ -134,12 +134,17 @@ def audit_item(con, benchmark: str, item_id: str) -> int:
         print(f"tokenmill: {exc}", file=sys.stderr)
         return 1
     print(f"item {item_id} of {benchmark}: {len(s['documents'])} overlapping document(s), "
-          + ("dirty (an overlap reached decontaminate's limits)" if s["dirty"] else "clean"))
+          + ("dirty (an overlap reached decontaminate's limits)" if s["dirty"] else
+             "suspect (a document near its meaning: backcheck)" if s["suspect"] else "clean"))
     for d in s["documents"]:
-        doc_id, url, fraction, matched, ngrams, contaminated, action, fate, at, reason = d["overlap"]
-        kind = f"contaminated, {action}" if contaminated else "near miss, kept"
+        doc_id, url, fraction, matched, ngrams, contaminated, action, fate, at, reason, status, cosine = d["overlap"]
         print(f"  document {doc_id}  {url or ''}")
-        print(f"    overlap       {matched} of the item's {ngrams} n-grams ({fraction:.2f}): {kind}")
+        if status == "suspect":
+            print(f"    suspect       cosine {cosine:.3f} to the item's question and answer, no n-gram overlap: "
+                  + ("dropped" if action == "drop" else "reported, kept"))
+        else:
+            kind = f"contaminated, {action}" if contaminated else "near miss, kept"
+            print(f"    overlap       {matched} of the item's {ngrams} n-grams ({fraction:.2f}): {kind}")
         print("    fate          " + ("kept by every stage" if fate == "kept" else f"dropped at {at} ({reason})"))
         print(f"    planned       {d['visits']} visit(s) in the training stream")
         for run in sorted({x[0] for x in d["steps"]}):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Mapping
 
+from tokenmill.backcheck.params import Backcheck
 from tokenmill.benchmarks import Benchmarks
 from tokenmill.decontam.params import Decontaminate
 from tokenmill.dedup.params import Dedup
@@ -38,7 +39,7 @@ from tokenmill.tokenizer.params import Tokenizer
 from tokenmill.train.config import ModelConfig, Scout, TrainConfig, TrainConfigError, parse_run, scout_run_config
 
 SECTIONS: dict[str, type[Section]] = {s.section: s for s in (
-    Benchmarks, Sample, Ingest, Filter, Pii, Dedup, Quality, Decontaminate, Embed, Domains, Tokenizer, Tokenize, Mixture,
+    Benchmarks, Sample, Ingest, Filter, Pii, Dedup, Quality, Decontaminate, Embed, Backcheck, Domains, Tokenizer, Tokenize, Mixture,
     Evaluate, Export, Lineage, Execution)}
 
 # Sections checked by more than their model: a model per declared source or rung, the runs the training sections

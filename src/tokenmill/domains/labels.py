@@ -91,16 +91,23 @@ def label_documents(input_dir: str | Path, embed_dir: str | Path, params: Domain
     input_dir, embed_dir, out_dir = Path(input_dir), Path(embed_dir), Path(out_dir)
     result = StageResult()
     result.input_hashes[embed_dir.name] = input_id(embed_dir)
-    doc_ids, vectors = read_vectors(embed_dir)
+    embedded, all_vectors = read_vectors(embed_dir)
     # Only the opening of each text is kept in memory: it is all that names a topic (topics.NAME_CHARS).
     shards = [pq.ParquetFile(p).read(columns=["doc_id", "url", "text"])
               for p in sorted((input_dir / "documents").glob("*.parquet"))]
     shards = [t.set_column(2, "text", pc.utf8_slice_codeunits(t.column("text"), 0, topic_model.NAME_CHARS))
               for t in shards]
     docs = pa.concat_tables(shards) if shards else pa.table({"doc_id": [], "url": [], "text": []})
-    if docs.column("doc_id").to_pylist() != doc_ids:
-        raise ValueError(f"domains: {embed_dir} holds vectors of other documents than {input_dir} "
-                         f"({len(doc_ids)} vectors, {docs.num_rows} documents); rerun the embed stage on it")
+    # The embed stage may have read more documents than reach here (a back-check dropped some): each document's
+    # own vector, in the documents' order.
+    doc_ids = docs.column("doc_id").to_pylist()
+    position = {d: i for i, d in enumerate(embedded)}
+    missing = [d for d in doc_ids if d not in position]
+    if missing:
+        raise ValueError(f"domains: {embed_dir} has no vector for {len(missing)} of the {len(doc_ids)} documents of "
+                         f"{input_dir} (first {missing[0]}); rerun the embed stage on the documents it reads")
+    vectors = all_vectors[np.array([position[d] for d in doc_ids], dtype=np.int64)] if doc_ids else all_vectors[:0]
+    del all_vectors, position
     t = params.topics
     log_phase("domains", f"clustering {len(doc_ids)} documents into {t.k} topics")
     found = topic_model.cluster(vectors, t.k, t.seed, t.iterations) if doc_ids else None

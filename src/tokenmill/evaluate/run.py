@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tokenmill.evaluate.evalset import METRICS, answer_bytes, item_scores
 from tokenmill.evaluate.scores import dirty_items, ratio_stderr, split_score
@@ -79,6 +80,22 @@ def _heldout_by_bucket(heldout: pa.Table | Iterable[Mapping] | None, limit: int 
     return buckets, drops
 
 
+def suspect_items(suspects: str | Path | None) -> dict[str, set[str]]:
+    """{benchmark: item_ids some document is a suspect of} from the backcheck stage's suspects table (a folder of
+    Parquet files; None for none): the items the strict clean score leaves out besides the dirty ones."""
+    if suspects is None:
+        return {}
+    path = Path(suspects)
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"evaluate: no suspects table in {path} (run the backcheck stage)")
+    out: dict[str, set[str]] = {}
+    for f in files:
+        for r in pq.read_table(f, columns=["benchmark", "item_id"]).to_pylist():
+            out.setdefault(r["benchmark"], set()).add(r["item_id"])
+    return out
+
+
 def _r(x: float | None) -> float | None:
     return None if x is None else round(float(x), ROUND)
 
@@ -88,13 +105,14 @@ def _choice_lls(sample: dict) -> list[float]:
     return [_r(resp[0]) for resp in sample["filtered_resps"]]
 
 
-def _benchmark_rows(bench: Benchmark, samples: list[dict], dirty: set[str]) -> list[dict]:
+def _benchmark_rows(bench: Benchmark, samples: list[dict], dirty: set[str], suspect: set[str]) -> list[dict]:
     """One row per item: lm-eval's per-item acc / acc_norm and log-likelihoods, and from those the two
     continuous metrics lm-eval does not compute for multiple choice: prob_norm and bpb of the gold answer."""
     rows = []
     for s in sorted(samples, key=lambda s: s["doc_id"]):
         doc = s["doc"]
-        row: dict[str, Any] = {"item_id": doc["item_id"], "dirty": doc["item_id"] in dirty}
+        row: dict[str, Any] = {"item_id": doc["item_id"], "dirty": doc["item_id"] in dirty,
+                               "suspect": doc["item_id"] in suspect}
         if bench.kind == "loglikelihood":
             ll, greedy = s["filtered_resps"][0]
             row.update({"loglikelihood": _r(ll), "greedy": bool(greedy), "acc": float(s["acc"]),
@@ -115,10 +133,16 @@ def _benchmark_rows(bench: Benchmark, samples: list[dict], dirty: set[str]) -> l
 def _benchmark_result(bench: Benchmark, rows: list[dict], aggregated: Mapping, dirty_in_table: set[str]) -> dict:
     ids = {r["item_id"] for r in rows}
     dirty = {r["item_id"] for r in rows if r["dirty"]}
-    metrics = {m: split_score({r["item_id"]: r[m] for r in rows}, dirty)
-               for m in METRICS if rows and m in rows[0]}  # evalset.py defines them
+    suspect = {r["item_id"] for r in rows if r["suspect"]}
+    metrics = {}
+    for m in (m for m in METRICS if rows and m in rows[0]):  # evalset.py defines them
+        values = {r["item_id"]: r[m] for r in rows}
+        metrics[m] = split_score(values, dirty)
+        strict = split_score(values, dirty | suspect)  # the suspects left out as well
+        metrics[m].update({"clean_strict": strict["clean"], "clean_strict_stderr": strict["clean_stderr"]})
     out = {"format": bench.format, "kind": bench.kind, "items": len(rows), "dirty_items": len(dirty),
-           "clean_items": len(rows) - len(dirty), "duplicate_records": bench.duplicates,
+           "clean_items": len(rows) - len(dirty), "suspect_items": len(suspect - dirty),
+           "clean_strict_items": len(rows) - len(dirty | suspect), "duplicate_records": bench.duplicates,
            # Dirty items of the table this run did not score (a limit, or an id the file no longer holds).
            "dirty_items_not_evaluated": len(dirty_in_table - ids), "metrics": metrics,
            "dropped": {reason: sorted(item_ids) for reason, item_ids in sorted(bench.dropped.items())}}
@@ -142,13 +166,15 @@ def _heldout_result(rows: list[dict], aggregated: Mapping) -> dict:
 
 def run_evaluation(model_dir: str | Path, benchmarks: list[dict], heldout: pa.Table | Iterable[Mapping] | None,
                    contamination: str | Path | pa.Table | Iterable[Mapping] | None, out_dir: str | Path, *,
-                   limit: int | None = None, heldout_limit: int | None = None, batch_size: int = 16,
-                   device: str = "cpu", dtype: str = "float32") -> dict:
+                   suspects: str | Path | None = None, limit: int | None = None,
+                   heldout_limit: int | None = None, batch_size: int = 16, device: str = "cpu",
+                   dtype: str = "float32") -> dict:
     """Evaluate the Hugging Face checkpoint in model_dir; write out_dir; return {"results", "timing"}.
 
     benchmarks: the decontaminate stage's entries ({name, format, path[, optional]}); a missing optional one
     is listed as missing, a missing required one fails before anything runs. heldout: rows {doc_id, bucket,
-    text} (heldout_documents() builds them). contamination: the decontaminate stage's table. limit: items
+    text} (heldout_documents() builds them). contamination: the decontaminate stage's table; suspects: the
+    backcheck stage's (clean_strict leaves out their items too; None: clean_strict equals clean). limit: items
     per benchmark (the first of each file); heldout_limit: documents per bucket (the first by doc_id).
     """
     for key, value in OFFLINE.items():  # never a hub request, whatever the caller's environment says
@@ -159,7 +185,7 @@ def run_evaluation(model_dir: str | Path, benchmarks: list[dict], heldout: pa.Ta
         raise FileNotFoundError(f"evaluate: {config_file} not found (export the run first)")
     config = json.loads(config_file.read_text())
     eos_id, max_length = config["eos_token_id"], config["max_position_embeddings"]
-    dirty = dirty_items(contamination)
+    dirty, suspect = dirty_items(contamination), suspect_items(suspects)
     loaded = [(spec, load_benchmark(spec, limit)) for spec in benchmarks]  # every file checked before the model loads
     count_tokens = _token_counter(model_dir)
     for _, bench in loaded:
@@ -210,7 +236,7 @@ def run_evaluation(model_dir: str | Path, benchmarks: list[dict], heldout: pa.Ta
             results["benchmarks"][name] = {"format": bench.format, "skipped": bench.skipped}
             continue
         task = bench_tasks[name]
-        rows = _benchmark_rows(bench, output["samples"][task], dirty.get(name, set()))
+        rows = _benchmark_rows(bench, output["samples"][task], dirty.get(name, set()), suspect.get(name, set()))
         results["benchmarks"][name] = _benchmark_result(bench, rows, output["results"][task], dirty.get(name, set()))
         results["benchmarks"][name]["samples"] = f"samples/{task}.jsonl"  # the audit's eval_items read it
         logs[task] = rows

@@ -28,7 +28,7 @@ from tokenmill.lineage.tables import (  # noqa: F401
 from tokenmill.runtime import StageResult, input_id, read_manifest, write_plot_rows
 
 # Tables a stage writes beside its documents and decisions, loaded under the same name.
-STAGE_TABLES = {"decontaminate": ["contamination"]}
+STAGE_TABLES = {"decontaminate": ["contamination"], "backcheck": ["semantic_duplicates", "suspects"]}
 # Tables of the token stage and the plan stage: name -> Parquet glob under that stage's output.
 TOKEN_TABLES = {"token_index": "index/*.parquet",  # doc_id, source, bucket, shard, offset, length
                 "canaries": "canaries.parquet"}  # the planted canaries (tokenmill.canaries.CANARIES)
@@ -68,6 +68,21 @@ def _insert_stage(con: duckdb.DuckDBPyConnection, order: int | None, m: dict) ->
                  m["counts"]["out"] if documents else None, json.dumps(m["counts"]), json.dumps(info)])
 
 
+def _contamination_with_suspects(con: duckdb.DuckDBPyConnection) -> None:
+    """The n-gram layer's overlaps and the embedding back-check's suspects in one `contamination` table: status
+    contaminated / near_miss (n-gram) or suspect (embedding; `similarity` its cosine, the n-gram columns null)."""
+    present = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    if "contamination" not in present:
+        return
+    con.execute("ALTER TABLE contamination ADD COLUMN status VARCHAR")
+    con.execute("UPDATE contamination SET status = CASE WHEN contaminated THEN 'contaminated' ELSE 'near_miss' END")
+    con.execute("ALTER TABLE contamination ADD COLUMN similarity DOUBLE")
+    if "suspects" in present:
+        con.execute("""INSERT INTO contamination BY NAME
+            SELECT doc_id, benchmark, item_id, false AS contaminated, action, 'suspect' AS status, similarity
+            FROM suspects""")
+
+
 def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, sources_cfg: dict,
           token_stage: str | None = None, plan_stage: str | None = None) -> None:
     """Create the lineage tables in `con`. `stages` is the document stages in pipeline order, ingest first."""
@@ -98,6 +113,7 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
     for stage in stages:
         for table in STAGE_TABLES.get(stage, []):
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{_glob(data_root, stage, table)}')")
+    _contamination_with_suspects(con)
 
     for stage, tables in ((token_stage, TOKEN_TABLES), (plan_stage, PLAN_TABLES)):
         if stage is None:

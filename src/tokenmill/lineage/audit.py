@@ -101,10 +101,11 @@ def item(con: duckdb.DuckDBPyConnection, benchmark: str, item_id: str) -> dict:
         scored = None if got is None else dict(zip([c[0] for c in rel.description], got))
     overlaps = con.execute("""
         SELECT c.doc_id, any_value(r.url), c.overlap_fraction, c.matched_ngrams, c.item_ngrams, c.contaminated,
-               c.action, any_value(d.fate), any_value(d.dropped_at), any_value(d.drop_reason)
+               c.action, any_value(d.fate), any_value(d.dropped_at), any_value(d.drop_reason), c.status, c.similarity
         FROM contamination c LEFT JOIN documents d USING (doc_id) LEFT JOIN records r USING (doc_id)
         WHERE c.benchmark = ? AND c.item_id = ?
-        GROUP BY ALL ORDER BY c.overlap_fraction DESC, c.doc_id""", [benchmark, item_id]).fetchall()
+        GROUP BY ALL ORDER BY c.status = 'suspect', c.overlap_fraction DESC, c.similarity DESC, c.doc_id""",
+                           [benchmark, item_id]).fetchall()
     if scored is None and not overlaps:
         raise LookupError(f"benchmark {benchmark!r} has no item {item_id!r} in the lineage or the evaluation "
                           f"(`tokenmill audit sql \"SELECT item_id FROM eval_items WHERE benchmark = '{benchmark}'\"`)")
@@ -117,7 +118,8 @@ def item(con: duckdb.DuckDBPyConnection, benchmark: str, item_id: str) -> dict:
     scores = con.execute("""SELECT metric, items, dirty_items, "all", clean, difference, difference_stderr
                             FROM eval_scores WHERE benchmark = ? ORDER BY metric""", [benchmark]).fetchall() \
         if scored is not None else []
-    return {"documents": documents, "dirty": any(o[5] for o in overlaps), "scored": scored, "scores": scores}
+    return {"documents": documents, "dirty": any(o[5] for o in overlaps),
+            "suspect": any(o[10] == "suspect" for o in overlaps), "scored": scored, "scores": scores}
 
 
 def canary(con: duckdb.DuckDBPyConnection, name: str) -> dict:

@@ -54,7 +54,8 @@ def training_tables(train_root: str | Path) -> dict[str, pa.Table]:
 
 # Per-item scores the evaluate stage writes (samples/<task>.jsonl); the held-out bits-per-byte is per document.
 ITEM_METRICS = ("acc", "acc_norm", "prob_norm", "bpb")
-_SPLIT = ("all", "all_stderr", "clean", "clean_stderr", "dirty", "difference", "difference_stderr")
+_SPLIT = ("all", "all_stderr", "clean", "clean_stderr", "clean_strict", "clean_strict_stderr", "dirty", "difference",
+          "difference_stderr")
 
 
 def evaluation_tables(evaluate_root: str | Path) -> dict[str, pa.Table]:
@@ -76,14 +77,18 @@ def evaluation_tables(evaluate_root: str | Path) -> dict[str, pa.Table]:
             for line in f:
                 row = json.loads(line)
                 items.append({"benchmark": name, "item_id": row["item_id"], "dirty": row["dirty"],
+                              "suspect": row.get("suspect", False),
                               **{m: row.get(m) for m in ITEM_METRICS}})
         for metric, split in sorted(bench["metrics"].items()):
             scores.append({"benchmark": name, "metric": metric, "items": bench["items"],
-                           "dirty_items": bench["dirty_items"], **{k: split.get(k) for k in _SPLIT}})
-    item_schema = pa.schema([("benchmark", pa.string()), ("item_id", pa.string()), ("dirty", pa.bool_())]
+                           "dirty_items": bench["dirty_items"], "suspect_items": bench.get("suspect_items", 0),
+                           **{k: split.get(k) for k in _SPLIT}})
+    item_schema = pa.schema([("benchmark", pa.string()), ("item_id", pa.string()), ("dirty", pa.bool_()),
+                             ("suspect", pa.bool_())]
                             + [(m, pa.float64()) for m in ITEM_METRICS])
     score_schema = pa.schema([("benchmark", pa.string()), ("metric", pa.string()), ("items", pa.int64()),
-                              ("dirty_items", pa.int64())] + [(k, pa.float64()) for k in _SPLIT])
+                              ("dirty_items", pa.int64()), ("suspect_items", pa.int64())]
+                             + [(k, pa.float64()) for k in _SPLIT])
     return {"eval_items": pa.Table.from_pylist(items, item_schema),
             "eval_scores": pa.Table.from_pylist(scores, score_schema)}
 

@@ -249,9 +249,26 @@ def duplicates(con, plots: Plots) -> Section:
     ax.legend()
     s.images.append(plots.save(fig, "duplicates"))
     s.html.append(table(["dedup decision", "documents"], sorted(counts.items())))
-    s.html.append(table(["cluster kind", "clusters", "documents in them", "largest"],
-                        [("near", len(near), sum(near), max(near, default=None)),
-                         ("exact", len(exact), sum(exact), max(exact, default=None))]))
+    kinds = [("near", len(near), sum(near), max(near, default=None)),
+             ("exact", len(exact), sum(exact), max(exact, default=None))]
+    if "semantic_duplicates" in _tables(con):
+        kinds.append(("semantic (after MinHash)", *con.execute("""
+            SELECT count(DISTINCT cluster), count(*), max(cluster_size) FROM semantic_duplicates""").fetchone()))
+    s.html.append(table(["cluster kind", "clusters", "documents in them", "largest"], kinds))
+    if "semantic_duplicates" in _tables(con):
+        examples = con.execute("""
+            SELECT s.doc_id, r.url, s.cluster, k.url, s.cluster_size, s.similarity, s.action
+            FROM semantic_duplicates s JOIN records r USING (doc_id) JOIN records k ON k.doc_id = s.cluster
+            WHERE NOT s.kept ORDER BY s.cluster_size DESC, s.cluster, s.similarity DESC LIMIT 20""").fetchall()
+        s.html.append("<h3>Semantic duplicates: the same meaning in other words (embedding back-check, "
+                      "largest clusters first)</h3>")
+        s.html.append(table(["doc_id", "url", "kept doc_id", "kept url", "cluster size", "cosine to nearest",
+                             "action"], examples, numeric_from=4)
+                      if examples else "<p>No semantic duplicate at backcheck.duplicates.threshold.</p>")
+        s.note = ("Semantic duplicates are found after MinHash, from the embed stage's vectors; a cluster keeps "
+                  "its longest document, and the others are only reported unless backcheck.duplicates.action "
+                  "is drop. Embedding similarity also joins templated pages and pages on one topic: review "
+                  "before dropping (precision per kind of pair: benchmarks/RESULTS.md, \"Embedding back-checks\").")
     return s
 
 
@@ -345,13 +362,16 @@ def contamination(con, plots: Plots) -> Section:
     rows = con.execute("""
         SELECT benchmark, count(DISTINCT item_id) FILTER (WHERE contaminated) AS dirty_items,
                count(DISTINCT doc_id) FILTER (WHERE contaminated) AS documents,
-               count(*) FILTER (WHERE NOT contaminated) AS near_misses, string_agg(DISTINCT action, ', ') AS action
+               count(*) FILTER (WHERE status = 'near_miss') AS near_misses,
+               count(DISTINCT item_id) FILTER (WHERE status = 'suspect') AS suspect_items,
+               count(DISTINCT doc_id) FILTER (WHERE status = 'suspect') AS suspects,
+               string_agg(DISTINCT action, ', ') AS action
         FROM contamination GROUP BY ALL ORDER BY benchmark""").fetchall()
     if not rows:
         s.note = "No document overlaps any configured benchmark item."
         return s
-    s.html.append(table(["benchmark", "dirty items", "documents", "near misses (kept)", "action"],
-                        [r[:4] + (r[4],) for r in rows]))
+    s.html.append(table(["benchmark", "dirty items", "documents", "near misses (kept)", "suspect items",
+                         "suspect documents", "action"], rows))
     if "benchmarks" in _tables(con):
         provenance = con.execute("""
             SELECT b.benchmark, b.origin, b.licence || CASE WHEN b.non_commercial THEN ' (non-commercial)' ELSE '' END,
@@ -365,13 +385,21 @@ def contamination(con, plots: Plots) -> Section:
                                  "read from"], provenance, numeric_from=3))
     top = con.execute("""
         SELECT c.benchmark, c.item_id, c.doc_id, r.url, c.overlap_fraction, c.contaminated
-        FROM contamination c JOIN records r USING (doc_id)
+        FROM contamination c JOIN records r USING (doc_id) WHERE c.status <> 'suspect'
         ORDER BY c.contaminated DESC, c.overlap_fraction DESC, c.benchmark, c.item_id LIMIT 50""").fetchall()
     s.html.append("<h3>Overlaps (strongest 50)</h3>")
     s.html.append(table(["benchmark", "item", "doc_id", "url", "overlap", "contaminated"], top, numeric_from=4))
+    suspects = con.execute("""
+        SELECT c.benchmark, c.item_id, c.doc_id, r.url, c.similarity, c.action
+        FROM contamination c JOIN records r USING (doc_id) WHERE c.status = 'suspect'
+        ORDER BY c.similarity DESC, c.benchmark, c.item_id LIMIT 50""").fetchall()
+    s.html.append("<h3>Suspects: nearest a benchmark item's meaning, not its words (embedding back-check, "
+                  "strongest 50)</h3>")
+    s.html.append(table(["benchmark", "item", "doc_id", "url", "cosine", "action"], suspects, numeric_from=4)
+                  if suspects else "<p>No document is a suspect at backcheck.contamination.threshold.</p>")
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    fractions = [("drop" if c else "keep", f) for c, f in
-                 con.execute("SELECT contaminated, overlap_fraction FROM contamination").fetchall()]
+    fractions = [("drop" if c else "keep", f) for c, f in con.execute(
+        "SELECT contaminated, overlap_fraction FROM contamination WHERE status <> 'suspect'").fetchall()]
     _histogram(ax, fractions, "overlap fraction of the item (n-grams found in the document)")
     ax.legend(["near miss", "contaminated"])
     s.images.append(plots.save(fig, "contamination"))
@@ -615,17 +643,21 @@ def evaluation(results: Mapping | None, missing: str) -> Section:
             skipped.append((name, b["skipped"]))
             continue
         for metric, m in sorted(b.get("metrics", {}).items()):
-            rows.append((name, metric, b["items"], b["dirty_items"], _pm(m["all"], m["all_stderr"]),
-                         _pm(m["clean"], m["clean_stderr"]), _pm(m["difference"], m["difference_stderr"])))
-    s.html.append("<h3>Benchmarks: all items and clean items</h3>")
+            rows.append((name, metric, b["items"], b["dirty_items"], b.get("suspect_items", 0),
+                         _pm(m["all"], m["all_stderr"]), _pm(m["clean"], m["clean_stderr"]),
+                         _pm(m.get("clean_strict"), m.get("clean_strict_stderr")),
+                         _pm(m["difference"], m["difference_stderr"])))
+    s.html.append("<h3>Benchmarks: all items, clean items, and clean of suspects too</h3>")
     if rows:
-        s.html.append(table(["benchmark", "metric", "items", "dirty items", "all", "clean", "all - clean"], rows,
-                            numeric_from=2))
+        s.html.append(table(["benchmark", "metric", "items", "dirty items", "suspect items", "all", "clean",
+                             "clean (strict)", "all - clean"], rows, numeric_from=2))
     else:
         s.html.append("<p>No benchmark was scored.</p>")
     if skipped:
         s.html.append(table(["benchmark", "not scored because"], skipped))
-    s.note = ("Dirty items are those the contamination table marks contaminated; the clean score leaves them out. "
+    s.note = ("Dirty items are those the contamination table marks contaminated; the clean score leaves them out, "
+              "the strict clean score leaves out the suspects too (items some document is near in meaning: the "
+              "embedding back-check). "
               "± is the standard error over items. acc: the most likely choice is the gold one; acc_norm: the "
               "same per character; prob_norm: the gold choice's probability among the choices; bpb: bits per "
               "byte of the gold answer (lower is better).")
