@@ -246,3 +246,18 @@ def test_suspects_join_the_lineage_contamination_table_with_their_status():
                           FROM contamination ORDER BY doc_id""").fetchall()
     assert rows == [("d1", "contaminated", True, "drop", 1.0, None), ("d2", "near_miss", False, "keep", 0.6, None),
                     ("d3", "suspect", False, "keep", None, 0.93)]
+    # `tokenmill audit item` tells a suspect's story: its cosine, no n-gram overlap, reported and kept.
+    from tokenmill import cli
+    con.execute("CREATE TABLE benchmarks (benchmark VARCHAR)")
+    con.execute("CREATE TABLE records AS SELECT 'd3' AS doc_id, 'https://quiz.example/3' AS url")
+    con.execute("CREATE TABLE documents AS SELECT 'd3' AS doc_id, 'kept' AS fate, NULL AS dropped_at, "
+                "NULL AS drop_reason")
+    import contextlib
+    import io
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        assert cli.audit_item(con, "arc", "i3") == 0
+    out = shown.getvalue()
+    assert "1 overlapping document(s), suspect" in out and "https://quiz.example/3" in out
+    assert "cosine 0.930 to the item's question and answer, no n-gram overlap: reported, kept" in out
+    assert "kept by every stage" in out

@@ -59,6 +59,24 @@ def test_draws_are_seeded_within_the_caps_and_a_larger_swarm_extends_a_smaller(t
     assert all(abs(mean[b] - swarm.prior[b]) < 0.02 for b in available if swarm.prior[b] < 0.2)
 
 
+def test_a_swarm_over_the_topic_preset_draws_weights_over_topic_buckets(tmp_path):
+    """`tokenmill search --preset topics`: the buckets are the domains stage's topics (tokenize.buckets [topic]),
+    the draws centre on the preset's uniform weights and keep each topic within its epoch cap."""
+    # The demo's twelve topics by size (RESULTS, "The domains found on the demo"), t11 the scarcest.
+    sizes = [2_900_000, 1_800_000, 1_200_000, 900_000, 800_000, 700_000, 600_000, 500_000, 400_000, 300_000,
+             200_000, 40_000]
+    available = {f"t{i:02d}": n for i, n in enumerate(sizes)}
+    repo = _project(tmp_path, available, 1_000_000)
+    swarm = S.plan(repo, "topics", None, "s1", 24, concentration=20, seed=0)
+    assert swarm.phase == "bulk" and swarm.buckets == sorted(available)
+    assert swarm.prior == pytest.approx({b: 1 / 12 for b in available})
+    assert swarm.caps["t11"] == pytest.approx((4 * 40_000 / 1_000_000 - 0.1 / 12) / 0.9)
+    for w in swarm.draws:
+        assert set(w) == set(available) and sum(w.values()) == pytest.approx(1, abs=1e-9)
+        assert all(w[b] <= swarm.caps[b] + 1e-12 for b in w)
+    assert len({tuple(sorted(w.items())) for w in swarm.draws}) == 24
+
+
 def test_a_preset_beyond_its_own_cap_and_unknown_names_are_one_line_errors(tmp_path):
     repo = _project(tmp_path, {"web/high": 1000, "web/low": 10**6, "code": 10**6, "reference": 10**6,
                                "legal": 10**6}, 1_000_000)

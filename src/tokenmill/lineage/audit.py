@@ -104,7 +104,7 @@ def item(con: duckdb.DuckDBPyConnection, benchmark: str, item_id: str) -> dict:
                c.action, any_value(d.fate), any_value(d.dropped_at), any_value(d.drop_reason), c.status, c.similarity
         FROM contamination c LEFT JOIN documents d USING (doc_id) LEFT JOIN records r USING (doc_id)
         WHERE c.benchmark = ? AND c.item_id = ?
-        GROUP BY ALL ORDER BY c.status = 'suspect', c.overlap_fraction DESC, c.similarity DESC, c.doc_id""",
+        GROUP BY ALL ORDER BY c.overlap_fraction DESC NULLS LAST, c.similarity DESC, c.doc_id""",
                            [benchmark, item_id]).fetchall()
     if scored is None and not overlaps:
         raise LookupError(f"benchmark {benchmark!r} has no item {item_id!r} in the lineage or the evaluation "
