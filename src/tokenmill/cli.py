@@ -158,11 +158,12 @@ def audit_item(con, benchmark: str, item_id: str) -> int:
     got = ", ".join(f"{m} {row[m]:.4g}" for m in lineage.ITEM_METRICS if row[m] is not None)
     side = "left out of the clean score (dirty)" if row["dirty"] else "in the clean score"
     print(f"evaluation    {got}; {side}")
-    for metric, n, n_dirty, everything, clean, diff, stderr in s["scores"]:
+    for metric, n, n_dirty, everything, clean, diff, stderr, n_suspect, strict in s["scores"]:
         diff_text = "n/a" if diff is None else f"{diff:+.4f} ± {stderr:.4f}"
         clean_text = "n/a" if clean is None else f"{clean:.4f}"
+        strict_text = "n/a" if strict is None else f"{strict:.4f}"
         print(f"  {benchmark} {metric}: all {everything:.4f} over {n} items, clean {clean_text} without "
-              f"{n_dirty} dirty, difference {diff_text}")
+              f"{n_dirty} dirty (strict {strict_text} without {n_suspect} suspect(s) too), difference {diff_text}")
     return 0
 
 

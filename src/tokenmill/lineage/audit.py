@@ -115,7 +115,8 @@ def item(con: duckdb.DuckDBPyConnection, benchmark: str, item_id: str) -> dict:
         visits = con.execute("SELECT count(*) FROM plan WHERE doc_id = ?", [doc_id]).fetchone()[0] \
             if "plan" in present else 0
         documents.append({"overlap": row, "visits": visits, "steps": lineage.steps_of_document(con, doc_id)})
-    scores = con.execute("""SELECT metric, items, dirty_items, "all", clean, difference, difference_stderr
+    scores = con.execute("""SELECT metric, items, dirty_items, "all", clean, difference, difference_stderr,
+                                   suspect_items, clean_strict
                             FROM eval_scores WHERE benchmark = ? ORDER BY metric""", [benchmark]).fetchall() \
         if scored is not None else []
     return {"documents": documents, "dirty": any(o[5] for o in overlaps),
