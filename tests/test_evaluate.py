@@ -570,17 +570,22 @@ def test_stage_metrics_carry_each_stderr_beside_its_own_figure():
     one beside the clean stderr, the held-out bits per byte beside theirs, the mean over benchmarks by hand."""
     from stages.evaluate import summary_metrics
 
-    def split(all_, se, clean, clean_se):
-        return {"all": all_, "all_stderr": se, "clean": clean, "clean_stderr": clean_se}
+    def split(all_, se, clean, clean_se, strict=None, strict_se=None):
+        return {"all": all_, "all_stderr": se, "clean": clean, "clean_stderr": clean_se,
+                "clean_strict": clean if strict is None else strict,
+                "clean_strict_stderr": clean_se if strict_se is None else strict_se}
 
     results = {"heldout": {"buckets": {"code": {"bits_per_byte": 1.5, "bits_per_byte_stderr": 0.216506}}},
-               "benchmarks": {"arc": {"items": 5, "dirty_items": 1, "metrics": {"acc": split(0.6, 0.244949, 0.5, 0.288675)}},
-                              "copa": {"items": 4, "dirty_items": 0, "metrics": {"acc": split(0.5, 0.288675, 0.5, 0.288675)}},
+               "benchmarks": {"arc": {"items": 5, "dirty_items": 1, "suspect_items": 1,
+                                      "metrics": {"acc": split(0.6, 0.244949, 0.5, 0.288675, 1 / 3, 1 / 3)}},
+                              "copa": {"items": 4, "dirty_items": 0, "suspect_items": 0,
+                                       "metrics": {"acc": split(0.5, 0.288675, 0.5, 0.288675)}},
                               "gsm8k": {"skipped": "generation benchmark"}}}
     out = summary_metrics(results)
     assert out["bits_per_byte"] == {"code": 1.5} and out["bits_per_byte_stderr"] == {"code": 0.216506}
-    assert out["arc"] == {"items": 5, "dirty_items": 1, "acc": 0.6, "acc_stderr": 0.244949, "acc_clean": 0.5,
-                          "acc_clean_stderr": 0.288675}
+    assert out["arc"] == {"items": 5, "dirty_items": 1, "suspect_items": 1, "acc": 0.6, "acc_stderr": 0.244949,
+                          "acc_clean": 0.5, "acc_clean_stderr": 0.288675, "acc_clean_strict": 1 / 3,
+                          "acc_clean_strict_stderr": 1 / 3}
     # Mean over the two benchmarks: sqrt(0.244949^2 + 0.288675^2) / 2 = sqrt(0.06 + 1/12) / 2 = 0.189297.
     assert out["benchmarks_mean"]["acc_stderr"] == pytest.approx(math.sqrt(0.06 + 1 / 12) / 2, abs=1e-6)
     assert out["benchmarks_mean"]["acc_clean_stderr"] == pytest.approx(math.sqrt(2 / 12) / 2, abs=1e-6)
