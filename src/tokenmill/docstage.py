@@ -18,6 +18,7 @@ written by schema.write_parquet; kept rows otherwise are slices of the input tab
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections import Counter
@@ -122,6 +123,14 @@ def _write_kept(input_path: str, source: pq.ParquetFile, table: pa.Table, docs: 
                 start = None
         kept = pa.concat_tables(runs).combine_chunks() if runs else table.schema.empty_table()
         schema.write_parquet(kept, schema.DOCUMENT, target)
+
+
+def shard_scratch_file(scratch: str | Path, first_doc_id: str) -> Path:
+    """Where a global pass (a stage that decides from all documents at once: quality's classifier, the domains'
+    topics, the back-checks' neighbours) keeps one shard's findings for its processor: named by the shard's first
+    doc_id (doc_ids are unique, so no two non-empty shards share it), which the processor knows from the
+    documents this loop hands it."""
+    return Path(scratch) / f"{hashlib.blake2b(first_doc_id.encode(), digest_size=12).hexdigest()}.parquet"
 
 
 def map_document_shards(stage: str, input_dir: str | Path, processor: type[Processor], params: Any,

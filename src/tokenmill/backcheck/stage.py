@@ -17,7 +17,6 @@ suspects to its `contamination` table with status `suspect`.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Mapping
@@ -31,7 +30,7 @@ from tokenmill import schema
 from tokenmill.backcheck import semantic
 from tokenmill.backcheck.params import Backcheck
 from tokenmill.decontam.readers import benchmark_path, read_items
-from tokenmill.docstage import Outcome, map_document_shards
+from tokenmill.docstage import Outcome, map_document_shards, shard_scratch_file
 from tokenmill.domains.embed import embed_texts, read_vectors
 from tokenmill.domains.params import Embed
 from tokenmill.execution import log_phase
@@ -55,10 +54,6 @@ SUSPECTS = pa.schema([
     ("action", pa.string()),  # keep (reported) or drop (contamination.action drop)
 ])
 ROUND = 6
-
-
-def _shard_file(scratch: str | Path, first_doc_id: str) -> Path:
-    return Path(scratch) / f"{hashlib.blake2b(first_doc_id.encode(), digest_size=12).hexdigest()}.parquet"
 
 
 def embed_items(benchmarks: list[dict], embed: Embed) -> tuple[list[tuple[str, str]], np.ndarray]:
@@ -95,7 +90,7 @@ class BackcheckProcessor:
     def batch(self, docs: list[dict]):
         if not docs:
             return
-        found = pq.read_table(_shard_file(self.scratch, docs[0]["doc_id"])).to_pylist()
+        found = pq.read_table(shard_scratch_file(self.scratch, docs[0]["doc_id"])).to_pylist()
         for doc, f in zip(docs, found, strict=True):
             if f["doc_id"] != doc["doc_id"]:
                 raise RuntimeError(f"backcheck: findings out of order at {doc['doc_id']}")
@@ -206,7 +201,7 @@ def backcheck_documents(input_dir: str | Path, embed_dir: str | Path, params: Ba
                 "suspect": [suspect_of[i] is not None for i in sl],
                 "benchmark": [suspect_of[i][0] if suspect_of[i] else None for i in sl],
                 "item_id": [suspect_of[i][1] if suspect_of[i] else None for i in sl]}),
-                _shard_file(scratch, doc_ids[start]))
+                shard_scratch_file(scratch, doc_ids[start]))
         start += size
     proc_params = {"_findings": str(scratch), "backcheck": params}
     result.record(map_document_shards("backcheck", input_dir, BackcheckProcessor, proc_params, execution_cfg, out_dir))

@@ -9,7 +9,6 @@ names, sizes and examples: topics.parquet.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 from pathlib import Path
@@ -21,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill import schema
-from tokenmill.docstage import Outcome, map_document_shards
+from tokenmill.docstage import Outcome, map_document_shards, shard_scratch_file
 from tokenmill.domains import formats, toxicity
 from tokenmill.domains import topics as topic_model
 from tokenmill.domains.embed import read_vectors
@@ -41,11 +40,6 @@ TOPICS = pa.schema([
 ])
 
 
-def _assignments_file(scratch: str | Path, first_doc_id: str) -> Path:
-    """A shard's topic assignments, named by its first doc_id (as the quality stage keeps its scores)."""
-    return Path(scratch) / f"{hashlib.blake2b(first_doc_id.encode(), digest_size=12).hexdigest()}.parquet"
-
-
 class DomainsProcessor:
     """Per shard: the topic found by the clustering pass, the format by rules, the toxicity score, and the
     decision (keep; keep tagged; drop only above domains.toxicity.drop_above)."""
@@ -57,7 +51,7 @@ class DomainsProcessor:
     def batch(self, docs: list[dict]):
         if not docs:
             return
-        table = pq.read_table(_assignments_file(self.scratch, docs[0]["doc_id"]))
+        table = pq.read_table(shard_scratch_file(self.scratch, docs[0]["doc_id"]))
         if table["doc_id"].to_pylist() != [d["doc_id"] for d in docs]:
             raise RuntimeError("domains: the embed stage's vectors do not belong to this shard (first document "
                                f"{docs[0]['doc_id']}); rerun embed on the same documents")
@@ -134,7 +128,7 @@ def label_documents(input_dir: str | Path, embed_dir: str | Path, params: Domain
             pq.write_table(pa.table({"doc_id": doc_ids[sl],
                                      "topic": [topic_model.topic_id(int(c)) for c in found.labels[sl]],
                                      "similarity": found.similarity[sl].astype(np.float64)}),
-                           _assignments_file(scratch, doc_ids[start]))
+                           shard_scratch_file(scratch, doc_ids[start]))
         start += n
     result.extra["topics"] = {r["topic"]: r["name"] for r in rows}
     result.metrics["topics"] = k

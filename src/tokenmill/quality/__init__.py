@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from tokenmill.docstage import Outcome, map_document_shards
+from tokenmill.docstage import Outcome, map_document_shards, shard_scratch_file
 from tokenmill.execution import log_phase, make_executor
 from tokenmill.quality.params import FastTextModel, Quality, ReferenceDataset
 from tokenmill.runtime import StageResult
@@ -225,12 +225,6 @@ def out_of_fold_scores(model_dir: str, seed: int, folds: int, items: list[tuple[
     return out
 
 
-def _scores_file(scratch: str | Path, first_doc_id: str) -> Path:
-    """Where a shard's precomputed scores are kept: named by its first doc_id (doc_ids are unique, so no two
-    non-empty shards share it). The processor finds them from the documents docstage hands it."""
-    return Path(scratch) / f"{hashlib.blake2b(first_doc_id.encode(), digest_size=12).hexdigest()}.parquet"
-
-
 def score_shard(task: tuple[str, str, int, int, int, list[str], str]) -> np.ndarray:
     """Worker: the quality score of every document of one shard, each predicted once, by the fold model that
     never saw it. Kept in `scratch` for the decisions; returns the cut buckets' scores (for the cut)."""
@@ -240,7 +234,7 @@ def score_shard(task: tuple[str, str, int, int, int, list[str], str]) -> np.ndar
         return np.array([])
     scores = out_of_fold_scores(model_dir, seed, folds, [(r["doc_id"], prepare(r["text"], max_chars)) for r in rows])
     pq.write_table(pa.table({"doc_id": [r["doc_id"] for r in rows], "score": scores}),
-                   _scores_file(scratch, rows[0]["doc_id"]))
+                   shard_scratch_file(scratch, rows[0]["doc_id"]))
     return scores[np.array([r["bucket"] in buckets for r in rows], dtype=bool)]
 
 
@@ -260,7 +254,7 @@ class QualityProcessor:
     def batch(self, docs: list[dict]):
         if not docs:
             return
-        table = pq.read_table(_scores_file(self.scratch, docs[0]["doc_id"]))
+        table = pq.read_table(shard_scratch_file(self.scratch, docs[0]["doc_id"]))
         if table["doc_id"].to_pylist() != [d["doc_id"] for d in docs]:
             raise RuntimeError("quality: the scores of the scoring pass do not belong to this shard "
                                f"(first document {docs[0]['doc_id']}); the input changed during the stage")
