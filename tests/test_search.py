@@ -75,6 +75,15 @@ def test_a_swarm_over_the_topic_preset_draws_weights_over_topic_buckets(tmp_path
         assert set(w) == set(available) and sum(w.values()) == pytest.approx(1, abs=1e-9)
         assert all(w[b] <= swarm.caps[b] + 1e-12 for b in w)
     assert len({tuple(sorted(w.items())) for w in swarm.draws}) == 24
+    # Its proposal is written in the topic preset's form (a `_global_` package that buckets by topic as well),
+    # and composes to the proposed weights and the topic buckets (a `mixture` package lost the buckets, and
+    # writing one failed on the demo: KeyError 'phases').
+    proposal = dict(swarm.draws[0])
+    S.write_preset(repo, swarm, "topics_searched", proposal, ["a test"])
+    params = S.compose_params(repo, ["mixture=topics_searched"])
+    assert params["tokenize"]["buckets"] == ["topic"] and params["mixture"]["name"] == "topics_searched"
+    assert params["mixture"]["phases"]["bulk"]["weights"] == pytest.approx(proposal)
+    assert params["mixture"]["phases"]["anneal"]["weights"] == {b: 1 for b in available}  # the other phase as it was
 
 
 def test_a_preset_beyond_its_own_cap_and_unknown_names_are_one_line_errors(tmp_path):
@@ -86,6 +95,10 @@ def test_a_preset_beyond_its_own_cap_and_unknown_names_are_one_line_errors(tmp_p
         S.plan(repo, "default", None, "s9", 12, 20, 0)
     with pytest.raises(S.SearchError, match="has no phase 'warmup'"):
         S.plan(repo, "default", "warmup", "s1", 12, 20, 0)
+    # The topic preset on a mixture built over sources and tiers (the demo as built): what to run first.
+    with pytest.raises(S.SearchError, match=r"weights 0 bucket\(s\) the built mixture has \(code, legal, reference, "
+                       r"web/high, web/low\).*tokenize.buckets: \['topic'\].*`dvc exp run -S mixture=topics mixture`"):
+        S.plan(repo, "topics", None, "s1", 24, 20, 0)
 
 
 def _planted(buckets, runs, noise, seed=0):
@@ -142,6 +155,31 @@ def test_a_noise_only_swarm_does_not_beat_the_swarm_mean():
     assert not S.leave_one_out(W, losses, buckets)["beats_naive"]
 
 
+def test_the_leave_one_out_errors_sigma_is_the_spread_of_an_rmse_over_swarms():
+    # 4,000 swarms of 12 runs whose errors are N(0, 1): the RMSE moves from swarm to swarm by about 1/sqrt(2n) =
+    # 0.20; each swarm's own σ estimate must say so on average (sd(e)/sqrt(n), the σ of a mean, says 0.29).
+    rng = np.random.default_rng(0)
+    errors = rng.normal(size=(4000, 12))
+    rmse = np.sqrt(np.mean(errors ** 2, axis=1))
+    estimates = np.array([S._rmse_sigma(e) for e in errors])
+    assert np.mean(estimates) == pytest.approx(np.std(rmse), rel=0.15)
+    assert S._rmse_sigma([0.0, 0.0, 0.0]) == 0.0 and S._rmse_sigma([0.3]) == 0.0  # nothing to spread
+
+
+def test_a_gain_carries_the_compare_sigma_and_the_spread_of_its_per_seed_differences():
+    run = lambda v, window: {"heldout_mean": (v, window)}  # noqa: E731  (value, σ of its noise window)
+    preset = [run(6.80, 0.01), run(6.90, 0.01)]      # seeds 0 and 1: this seed pair alone spreads by 0.0707
+    proposal = [run(6.78, 0.01), run(6.86, 0.01)]    # the same seeds: better by 0.02 and 0.04
+    g = S.gain(preset, proposal, "heldout_mean")
+    assert g["gain"] == pytest.approx(0.03) and g["preset"] == pytest.approx(6.85)
+    # As compare: each side's σ of one run is its seed spread (larger than the window), over sqrt(2) seeds.
+    assert g["sigma"] == pytest.approx(np.hypot(np.std([6.80, 6.90], ddof=1), np.std([6.78, 6.86], ddof=1)) / np.sqrt(2))
+    # Paired: the differences 0.02 and 0.04 spread by 0.0141, over sqrt(2): the shared seed effect cancels.
+    assert g["paired_sigma"] == pytest.approx(np.std([0.02, 0.04], ddof=1) / np.sqrt(2)) and g["paired_sigma"] < g["sigma"] / 4
+    one = S.gain([run(6.7, 0.05)], [run(6.8, 0.05)], "heldout_mean")
+    assert one["gain"] == pytest.approx(-0.1) and one["paired_sigma"] is None and one["sigma"] == pytest.approx(np.hypot(0.05, 0.05))
+
+
 def test_an_experiment_name_changes_with_what_its_stages_read_and_nothing_else(tmp_path):
     # The stages up to scout@s1 as DVC sees them: a file they read changes the name, a file they do not leaves it.
     repo = tmp_path / "repo"
@@ -194,7 +232,22 @@ def test_a_swarm_through_the_dvc_queue_proposes_and_verifies_a_preset(tiny, swar
     shown = tiny_run.run(["dvc", "exp", "show", "--json"], tiny).stdout
     for row in out["swarm"]:
         assert row["experiment"] in shown and set(row["heldout_loss"]) == set(out["responses"])
-    assert out["verified"]["experiment"] in shown
+    # The proposal and the preset itself, verified with two seeds each (the same seeds): the gain, on the metric
+    # and on the benchmarks' bits per byte, each with a σ from the two sides' seed spread.
+    verified = out["verified"]
+    assert verified["experiment"] in shown and verified["preset"]["experiment"] in shown and verified["seeds"] == 2
+    for side in (verified, verified["preset"]):
+        fs = S.revision_fs(str(tiny), side["rev"], side["experiment"])
+        root = "data/train/scout/s1"
+        losses = [json.loads(fs.read_text(f"{root}/{p}summary.json"))["heldout_loss"] for p in ("", "replicas/seed1/")]
+        assert losses[0] != losses[1]  # two seeds, read from the experiment's own outputs
+        assert side["measured"] == pytest.approx(np.mean([np.mean(list(h.values())) for h in losses]), rel=1e-9)
+        assert side["measured_sigma"] > 0
+    g = verified["gain"]
+    assert g["gain"] == pytest.approx(verified["preset"]["measured"] - verified["measured"], rel=1e-9)
+    assert g["sigma"] > 0 and g["paired_sigma"] > 0 and verified["benchmarks_bpb_gain"]["paired_sigma"] > 0
+    assert f"gain over the preset {g['gain']:+.4f} ± {g['sigma']:.4f}" in \
+        (tiny / "conf" / "mixture" / "default_searched.yaml").read_text()
     preset = yaml.safe_load((tiny / "conf" / "mixture" / "default_searched.yaml").read_text())
     weights = preset["phases"][out["phase"]]["weights"]
     assert {b: weights[b] for b in out["buckets"]} == out["proposal"]
@@ -213,10 +266,10 @@ def test_a_rerun_runs_nothing_and_a_larger_swarm_runs_only_its_new_draw(tiny, sw
     out, _ = swarm
     again = tiny_run.run(SEARCH, tiny)
     assert "6 of 6 experiments already held by DVC; running 0" in again.stderr
-    assert "1 of 1 experiments already held by DVC; running 0" in again.stderr
+    assert "2 of 2 experiments already held by DVC; running 0" in again.stderr
     assert json.loads(again.stdout) == out
     # A larger swarm: only the new draw runs, and the fit is made again over seven runs (its proposal is not
-    # verified here: that is the first search's part, and would cost one more experiment).
+    # verified here: that is the first search's part, and would cost two more experiments).
     larger = tiny_run.run([*SEARCH[:5], "7", *SEARCH[6:], "--no-verify", "--name", "larger"], tiny)
     assert "6 of 7 experiments already held by DVC; running 1" in larger.stderr
     grown = json.loads(larger.stdout)

@@ -279,7 +279,8 @@ def _search(args) -> int:
     try:
         out = S.search(args.repo, preset=args.preset, phase=args.phase, rung=args.rung, runs=args.runs,
                        jobs=args.jobs, concentration=args.concentration, seed=args.seed, name=args.name,
-                       verify=not args.no_verify, log=lambda line: print(line, file=sys.stderr))
+                       verify=not args.no_verify, verify_seeds=args.verify_seeds,
+                       log=lambda line: print(line, file=sys.stderr))
     except S.SearchError as exc:
         print(f"tokenmill: {exc}", file=sys.stderr)
         return 2
@@ -362,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="of the Dirichlet around the preset's weights: larger draws closer (default 20)")
     srch.add_argument("--seed", type=int, default=0, help="of the draws and the bootstrap (default 0)")
     srch.add_argument("--name", help="the proposed preset's name (default: <preset>_searched)")
-    srch.add_argument("--no-verify", action="store_true", help="skip the scout run of the proposal")
+    srch.add_argument("--no-verify", action="store_true", help="skip the scout runs of the proposal and the preset")
+    srch.add_argument("--verify-seeds", type=int, default=2,
+                      help="seeds each of the proposal and the preset is trained with to verify the gain (default 2)")
     srch.add_argument("--repo", default=".", help="the DVC repository (default: here)")
     srch.add_argument("--json", action="store_true", help="every figure as JSON")
     ol = sub.add_parser("openlineage", help="OpenLineage events of every stage run (lineage/openlineage.ndjson); "

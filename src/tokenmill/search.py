@@ -21,7 +21,11 @@
                 documents at the preset's weight (the metric cannot see it); the prediction's interval is a
                 bootstrap over the swarm's runs. Written as conf/mixture/<name>.yaml (the preset with that
                 phase's weights replaced) and searches/<name>.json (swarm, fit, caps, prediction).
-    5. verify   one more scout-only experiment with the proposed weights: measured against predicted.
+    5. verify   the proposal and the preset itself, each a scout-only experiment trained with `verify_seeds`
+                seeds (the same seeds on both sides): the proposal measured against its prediction, and its
+                gain over the preset on the metric and on the in-loop benchmarks' bits per byte (the same items
+                whatever the buckets: the yardstick shared by searches over sources and over topics), each
+                with its σ as compare gives it and with the spread of the per-seed differences (gain()).
 
 The epoch cap. Scouts train on a prefix of the full run's plan, so a scarce bucket repeats less in a scout
 than in the full run, and a scout-optimal mixture over-weights it at scale. Every weight is therefore held to
@@ -47,6 +51,7 @@ import yaml
 from tokenmill.config import compose
 from tokenmill.evaluate import track
 from tokenmill.evaluate.compare import CompareError, _read_json, revision_fs
+from tokenmill.evaluate.signal import combine_replicas, run_figures
 
 RESULTS_DIR = Path("searches")  # committed with the preset it proposes (reports/ is the report stage's output)
 
@@ -119,8 +124,11 @@ def plan(repo: Path, preset: str, phase: str | None, rung: str, runs: int, conce
     weights = phases[phase]["weights"]
     searched = sorted(b for b, w in weights.items() if w > 0 and b in available)
     if len(searched) < 2:
-        raise SearchError(f"search: phase {phase!r} of {preset!r} weights {len(searched)} bucket(s) the corpus has; "
-                          f"a search needs two or more")
+        shown = ", ".join(sorted(available)[:6]) + (" ..." if len(available) > 6 else "")
+        raise SearchError(f"search: phase {phase!r} of {preset!r} weights {len(searched)} bucket(s) the built mixture "
+                          f"has ({shown}); a search needs two or more. A preset bucketed otherwise (its "
+                          f"tokenize.buckets: {(params.get('tokenize') or {}).get('buckets')}) needs its buckets built "
+                          f"first: `dvc exp run -S mixture={preset} mixture`")
     caps = {b: min(1.0, c) for b, c in epoch_caps(mixture, phase, available, budget).items() if b in searched}
     total = sum(weights[b] for b in searched)
     prior = {b: weights[b] / total for b in searched}
@@ -152,11 +160,12 @@ def plan(repo: Path, preset: str, phase: str | None, rung: str, runs: int, conce
 # 2. Experiments through DVC's queue
 
 
-def overrides_of(swarm: Swarm, weights: Mapping[str, float], name: str) -> list[str]:
-    """The `-S` overrides of one swarm member: the preset, its phase's weights, the rung trained once."""
+def overrides_of(swarm: Swarm, weights: Mapping[str, float], name: str, seeds: int = 1) -> list[str]:
+    """The `-S` overrides of one swarm member: the preset, its phase's weights, the rung trained `seeds` times
+    (a swarm member once; the verifying pair more)."""
     inner = ",".join(f"{b}:{weights.get(b, swarm.fixed.get(b, 0.0)):g}" for b in [*swarm.buckets, *swarm.fixed])
     return [f"mixture={swarm.preset}", f"mixture.name={name}",
-            f"mixture.phases.{swarm.phase}.weights={{{inner}}}", f"++scouts.{swarm.rung}.seeds=1"]  # ++: the rung may not set it
+            f"mixture.phases.{swarm.phase}.weights={{{inner}}}", f"++scouts.{swarm.rung}.seeds={seeds}"]  # ++: the rung may not set it
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -263,6 +272,35 @@ def scout_result(repo: Path, rev: str, rung: str, name: str) -> dict:
     return data.get("scout", data)
 
 
+def rung_runs(repo: Path, rev: str, rung: str, name: str) -> list[dict[str, tuple[float, float | None]]]:
+    """run_figures of each of the rung's runs at an experiment's revision, seed 0 first: the rung's summary, then
+    its seed replicas' (data/train/scout/<rung>/replicas/seed<k>)."""
+    fs = revision_fs(str(repo), rev, name)
+    root = f"data/train/scout/{rung}"
+    try:
+        paths = [f"{root}/summary.json"]
+        if fs.exists(f"{root}/replicas"):
+            paths += sorted((f"{p}/summary.json" for p in fs.ls(f"{root}/replicas", detail=False)),
+                            key=lambda p: int(p.rsplit("seed", 1)[1].split("/")[0]))
+        return [run_figures(_read_json(fs, p, rev, name)) for p in paths]
+    except CompareError as exc:
+        raise SearchError(f"search: {exc}") from None
+
+
+def gain(preset: Sequence[Mapping], proposal: Sequence[Mapping], metric: str) -> dict:
+    """preset - proposal on `metric` (positive: the proposal is better on a lower-is-better metric), each side the
+    mean over its seeds, with two σ: `sigma` as compare gives it (each side's σ of one run, the larger of its seed
+    spread and its checkpoint noise, tokenmill.evaluate.signal.combine_replicas, over sqrt(seeds), in quadrature)
+    and `paired_sigma`, the spread over seeds of the per-seed differences (the two sides share seed k's
+    initialisation and data order) over sqrt(seeds): None with one seed."""
+    p, q = combine_replicas(list(preset))[metric], combine_replicas(list(proposal))[metric]
+    seeds = min(len(preset), len(proposal))
+    diffs = np.array([a[metric][0] - b[metric][0] for a, b in zip(preset, proposal)])
+    return {"preset": p[0], "proposal": q[0], "gain": p[0] - q[0],
+            "sigma": float(np.hypot(p[1] or 0.0, q[1] or 0.0) / np.sqrt(seeds)),
+            "paired_sigma": float(diffs.std(ddof=1) / np.sqrt(seeds)) if seeds > 1 else None}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 3-4. The log-linear fit and the proposal
 
@@ -307,7 +345,17 @@ def leave_one_out(W: np.ndarray, losses: Mapping[str, np.ndarray], buckets: Sequ
         fitted.append(f.metric(W[i]) - y[i])
         naive.append(float(y[keep].mean()) - y[i])
     rmse = lambda e: float(np.sqrt(np.mean(np.square(e))))  # noqa: E731
-    return {"rmse": rmse(fitted), "naive_rmse": rmse(naive), "beats_naive": rmse(fitted) < rmse(naive)}
+    return {"rmse": rmse(fitted), "naive_rmse": rmse(naive), "beats_naive": rmse(fitted) < rmse(naive),
+            "rmse_sigma": _rmse_sigma(fitted), "naive_rmse_sigma": _rmse_sigma(naive)}
+
+
+def _rmse_sigma(errors: Sequence[float]) -> float:
+    """The standard error of an RMSE over n runs: that of the mean squared error (its spread over sqrt(n)),
+    carried through the square root (delta method: / 2 RMSE)."""
+    sq = np.square(np.asarray(errors, dtype=float))
+    if len(sq) < 2 or sq.mean() == 0:
+        return 0.0
+    return float(sq.std(ddof=1) / np.sqrt(len(sq)) / (2 * np.sqrt(sq.mean())))
 
 
 def propose(f: Fit, W: np.ndarray, caps: Mapping[str, float], keep: Mapping[str, float] | None = None) -> np.ndarray:
@@ -354,18 +402,23 @@ def bootstrap_interval(W: np.ndarray, losses: Mapping[str, np.ndarray], buckets:
 
 def write_preset(repo: Path, swarm: Swarm, name: str, weights: Mapping[str, float], header: Sequence[str]) -> Path:
     """conf/mixture/<name>.yaml: the preset's file with the searched phase's weights replaced."""
-    source = yaml.safe_load((repo / "conf" / "mixture" / f"{swarm.preset}.yaml").read_text())
-    source["name"] = name
-    source["phases"][swarm.phase]["weights"] = {**{b: float(weights[b]) for b in swarm.buckets}, **swarm.fixed}
+    text = (repo / "conf" / "mixture" / f"{swarm.preset}.yaml").read_text()
+    source = yaml.safe_load(text)
+    # A preset that sets more than the mixture (the topic preset's tokenize.buckets) is a `_global_` package, its
+    # mixture one key of it; the proposal keeps the same form, so it composes as its preset does.
+    package = "_global_" if text.startswith("# @package _global_") else "mixture"
+    mixture = source["mixture"] if package == "_global_" else source
+    mixture["name"] = name
+    mixture["phases"][swarm.phase]["weights"] = {**{b: float(weights[b]) for b in swarm.buckets}, **swarm.fixed}
     path = repo / "conf" / "mixture" / f"{name}.yaml"
     body = yaml.safe_dump(source, sort_keys=False, default_flow_style=None)
-    path.write_text("# @package mixture\n" + "".join(f"# {line}\n" for line in header) + body)
+    path.write_text(f"# @package {package}\n" + "".join(f"# {line}\n" for line in header) + body)
     return path
 
 
 def search(repo: str | Path = ".", preset: str | None = None, phase: str | None = None, rung: str | None = None,
            runs: int = 12, jobs: int = 2, concentration: float = 20.0, seed: int = 0, name: str | None = None,
-           verify: bool = True, log=print) -> dict:
+           verify: bool = True, verify_seeds: int = 2, log=print) -> dict:
     repo = Path(repo).resolve()
     base = compose_params(repo, [])
     preset = preset or base["mixture"]["name"]
@@ -375,6 +428,9 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
     if rung is None:
         raise SearchError("search: the configuration has no scout ladder (scouts section)")
     swarm = plan(repo, preset, phase, rung, runs, concentration, seed)
+    if verify and verify_seeds < 1:
+        raise SearchError(f"search: verify_seeds is {verify_seeds}; the proposal and the preset need 1 seed or more "
+                          "(2 or more give the gain a σ from the seed spread)")
     if runs <= len(swarm.buckets):
         raise SearchError(f"search: {runs} runs cannot fit {len(swarm.buckets)} weights per bucket; "
                           f"use more runs than buckets ({len(swarm.buckets) + 1} or more, 2-3x that is better)")
@@ -385,8 +441,8 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
                           "project ships it): the swarm's overrides select a preset from conf/")
     pipeline, keys = pipeline_inputs(repo, rung)
 
-    def member(weights: Mapping[str, float], mixture_name: str) -> tuple[str, list[str]]:
-        overrides = overrides_of(swarm, weights, mixture_name)
+    def member(weights: Mapping[str, float], mixture_name: str, seeds: int = 1) -> tuple[str, list[str]]:
+        overrides = overrides_of(swarm, weights, mixture_name, seeds)
         params = compose_params(repo, overrides)
         return experiment_name(pipeline, {k: _at(params, k) for k in keys}), overrides
 
@@ -423,11 +479,7 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
         "track_record": track.line(track.load(repo), rung, "heldout_mean"),
     }
     if verify:
-        exp, overrides = member(out["proposal"], name)
-        rev = run_experiments(repo, [(exp, overrides)], rung, jobs, log)[exp]
-        result = scout_result(repo, rev, rung, exp)
-        out["verified"] = {"experiment": exp, "rev": rev, "measured": float(np.mean([result["heldout_loss"][b] for b in responses])),
-                           "measured_buckets": {b: result["heldout_loss"][b] for b in responses}}
+        out["verified"] = verify_pair(repo, swarm, member, out["proposal"], name, responses, jobs, verify_seeds, log)
     lo, hi = out["interval"]
     header = [f"Proposed by `tokenmill search` from {runs} scout-only experiments ({rung}, one seed each) around "
               f"{preset}'s {swarm.phase} weights,",
@@ -435,7 +487,9 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
               f"predicted held-out mean loss at {rung} {out['predicted']:.4f} (90% interval [{lo:.4f}, {hi:.4f}]),",
               f"the preset's own predicted {out['prior_predicted']:.4f}; the swarm's best measured {out['swarm_best']:.4f}."]
     if verify:
-        header.append(f"Verified by experiment {out['verified']['experiment']}: measured {out['verified']['measured']:.4f}.")
+        v = out["verified"]
+        header.append(f"Verified by experiment {v['experiment']} ({verify_seeds} seed(s)): measured {v['measured']:.4f}; "
+                      f"gain over the preset {v['gain']['gain']:+.4f} ± {v['gain']['sigma']:.4f}.")
     header.append(f"Every figure: {RESULTS_DIR}/{name}.json. Weights are held within each bucket's epoch cap.")
     out["preset_file"] = str(write_preset(repo, swarm, name, out["proposal"], header).relative_to(repo))
     (repo / RESULTS_DIR).mkdir(parents=True, exist_ok=True)
@@ -443,10 +497,36 @@ def search(repo: str | Path = ".", preset: str | None = None, phase: str | None 
     return out
 
 
+def verify_pair(repo: Path, swarm: Swarm, member, proposal: Mapping[str, float], name: str,
+                responses: Sequence[str], jobs: int, seeds: int, log=print) -> dict:
+    """The proposal and the preset, each trained at the rung with `seeds` seeds in one queue: the proposal's
+    measured metric (the mean over seeds) and its gain over the preset, on the metric and on the in-loop
+    benchmarks' bits per byte, each with its σ."""
+    rung = swarm.rung
+    pair = [member(proposal, name, seeds), member(swarm.prior, swarm.preset, seeds)]
+    revs = run_experiments(repo, pair, rung, jobs, log)
+    (exp, _), (base, _) = pair
+    runs = {e: rung_runs(repo, revs[e], rung, e) for e in (exp, base)}
+    per_bucket = {e: {b: scout_result(repo, revs[e], rung, e)["heldout_loss"][b] for b in responses}
+                  for e in (exp, base)}  # the first seed's, as the swarm's members have them
+    pooled = {e: combine_replicas(runs[e])["heldout_mean"] for e in (exp, base)}
+    out = {"experiment": exp, "rev": revs[exp], "seeds": seeds,
+           "measured": pooled[exp][0], "measured_sigma": pooled[exp][1], "measured_buckets": per_bucket[exp],
+           "preset": {"experiment": base, "rev": revs[base], "measured": pooled[base][0],
+                      "measured_sigma": pooled[base][1], "measured_buckets": per_bucket[base]},
+           "gain": gain(runs[base], runs[exp], "heldout_mean")}
+    bpb = "benchmarks_mean.bpb"
+    if all(bpb in r for e in (exp, base) for r in runs[e]):
+        out["benchmarks_bpb_gain"] = gain(runs[base], runs[exp], bpb)
+    return out
+
+
 def render(out: Mapping) -> str:
+    loo = out["fit"]["loo"]
     lines = [f"search: {out['runs']} scouts ({out['rung']}) around {out['preset']}'s {out['phase']} weights",
-             f"  fit: leave-one-out error {out['fit']['loo']['rmse']:.4f} against {out['fit']['loo']['naive_rmse']:.4f} "
-             f"for the swarm's mean ({'beats' if out['fit']['loo']['beats_naive'] else 'does not beat'} it)",
+             f"  fit: leave-one-out error {loo['rmse']:.4f} ± {loo.get('rmse_sigma', 0):.4f} against "
+             f"{loo['naive_rmse']:.4f} ± {loo.get('naive_rmse_sigma', 0):.4f} for the swarm's mean "
+             f"({'beats' if loo['beats_naive'] else 'does not beat'} it)",
              "  bucket      prior   proposal  cap"]
     for b in out["buckets"]:
         lines.append(f"  {b:<10}  {out['prior'][b]:.3f}   {out['proposal'][b]:.3f}     {out['caps'][b]:.3f}")
@@ -454,9 +534,16 @@ def render(out: Mapping) -> str:
     lines.append(f"  predicted held-out mean loss {out['predicted']:.4f} [{lo:.4f}, {hi:.4f}]; the preset's "
                  f"{out['prior_predicted']:.4f}; the swarm's best measured {out['swarm_best']:.4f}")
     if "verified" in out:
-        v = out["verified"]["measured"]
-        inside = lo <= v <= hi
-        lines.append(f"  verified: measured {v:.4f} ({'inside' if inside else 'outside'} the interval)")
+        v = out["verified"]
+        inside = lo <= v["measured"] <= hi
+        lines.append(f"  verified ({v['seeds']} seed(s)): measured {v['measured']:.4f} "
+                     f"({'inside' if inside else 'outside'} the interval); the preset {v['preset']['measured']:.4f}")
+        for key, what in (("gain", "held-out mean loss"), ("benchmarks_bpb_gain", "benchmarks' bits per byte")):
+            if key in v:
+                g = v[key]
+                paired = "" if g["paired_sigma"] is None else f", paired over seeds ± {g['paired_sigma']:.4f}"
+                lines.append(f"  gain over the preset on {what}: {g['gain']:+.4f} ± {g['sigma']:.4f}{paired} "
+                             "(positive: the proposal is better)")
     if out.get("track_record"):
         lines.append(f"  {out['track_record']}")
     lines.append(f"  written: {out['preset_file']} ({RESULTS_DIR}/{out['name']}.json)")

@@ -107,8 +107,19 @@ def search_section(plots: S.Plots, found: Mapping, index: int, project: str | Pa
         ("the swarm's best, measured", found["swarm_best"]),
         ("the proposal, predicted", found["predicted"]),
         ("its 90% interval (bootstrap over the swarm)", f"[{lo:.4f}, {hi:.4f}]"),
-        ("the proposal, measured by one more scout", verified["measured"] if verified else "not run"),
+        ("the proposal, measured" + (f" ({verified.get('seeds', 1)} seed(s))" if verified else ""),
+         verified["measured"] if verified else "not run"),
     ]))
+    if verified and "gain" in verified:  # a search made before the preset was verified beside it has none
+        rows = []
+        for key, what in (("gain", "held-out mean loss"), ("benchmarks_bpb_gain", "benchmarks' bits per byte")):
+            if key in verified:
+                g = verified[key]
+                paired = "—" if g["paired_sigma"] is None else f"± {g['paired_sigma']:.4f}"
+                rows.append((what, g["preset"], g["proposal"], f"{g['gain']:+.4f} ± {g['sigma']:.4f}", paired))
+        s.html.append(S.table([f"measured at {found['rung']}, {verified['seeds']} seed(s)", "the preset",
+                               "the proposal", "gain (positive: the proposal is better) ± σ",
+                               "σ of the per-seed differences"], rows))
     return s
 
 
