@@ -196,6 +196,18 @@ def test_drop_above_removes_exactly_the_documents_at_or_above_it(tmp_path, share
     assert {r["doc_id"]: r["reason"] for r in _decisions(tmp_path / "above")}[doc] == "toxicity_tagged"
 
 
+def test_a_small_corpus_makes_fewer_topics_with_one_warning_line(tmp_path, shared_data, ag_news, capsys):
+    # 25 documents at the default 10 per topic: 2 topics, not the 12 asked (the crawl preset's 44 made 4
+    # single-page topics before); a corpus of 10 or fewer is one topic, an empty one none.
+    assert [topics.topic_count(n, 12, 10) for n in (0, 1, 10, 25, 44, 119, 120, 5902)] == [0, 1, 1, 2, 4, 11, 12, 12]
+    _run(tmp_path, _documents(shared_data, ag_news)[:25], {"topics": {"k": 12}})
+    table = pq.read_table(tmp_path / "data/domains/topics.parquet").to_pylist()
+    assert [t["topic"] for t in table] == ["t00", "t01"] and sum(t["documents"] for t in table) == 25
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert err == ["domains: warning: 25 documents make 2 topic(s), not domains.topics.k 12: fewer than "
+                   "domains.topics.min_documents (10) per topic"], err
+
+
 def test_vectors_of_other_documents_are_refused(tmp_path, shared_data, ag_news):
     docs = _documents(shared_data, ag_news)[:30]
     _run(tmp_path, docs, {"topics": {"k": 2}})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -103,8 +104,12 @@ def label_documents(input_dir: str | Path, embed_dir: str | Path, params: Domain
     vectors = all_vectors[np.array([position[d] for d in doc_ids], dtype=np.int64)] if doc_ids else all_vectors[:0]
     del all_vectors, position
     t = params.topics
-    log_phase("domains", f"clustering {len(doc_ids)} documents into {t.k} topics")
-    found = topic_model.cluster(vectors, t.k, t.seed, t.iterations) if doc_ids else None
+    k = topic_model.topic_count(len(doc_ids), t.k, t.min_documents)
+    if 0 < k < t.k:
+        print(f"domains: warning: {len(doc_ids)} documents make {k} topic(s), not domains.topics.k {t.k}: fewer "
+              f"than domains.topics.min_documents ({t.min_documents}) per topic", file=sys.stderr)
+    log_phase("domains", f"clustering {len(doc_ids)} documents into {k} topics")
+    found = topic_model.cluster(vectors, k, t.seed, t.iterations) if doc_ids else None
     k = 0 if found is None else found.centroids.shape[0]
     texts = docs.column("text").to_pylist()
     urls = docs.column("url").to_pylist()

@@ -24,6 +24,12 @@ class Topics:
     similarity: np.ndarray  # per document: cosine to its topic's centre
 
 
+def topic_count(documents: int, k: int, min_documents: int) -> int:
+    """The topics `documents` documents make: k, or fewer where k would average fewer than min_documents each
+    (at least one while there is a document)."""
+    return min(k, max(1, documents // min_documents)) if documents else 0
+
+
 def cluster(vectors: np.ndarray, k: int, seed: int, iterations: int) -> Topics:
     """k topics (fewer when there are fewer documents than k) of unit vectors, numbered largest first."""
     import faiss  # 0.4 s: imported where clustering happens, not where the schema is read
