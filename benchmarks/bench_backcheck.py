@@ -13,8 +13,9 @@ Parts (each writes its figures into --out, a JSON file, and prints a table):
 - items:  tests/data/paraphrased_items.jsonl (real benchmark items rewritten by rules: clauses reordered,
           synonyms, the question turned into a statement, the options spelled out in prose) and clean documents
           on the same topics (tests/paraphrase.py's same_topic_documents), each also set in the middle of a real
-          page. Recall per rewrite kind (the nearest item is the rewritten one, at or above the threshold) and
-          false positives, for the embedding check (backcheck.stage.embed_items, semantic.nearest_items) and the
+          page as a paragraph of its own, and run into a paragraph of one (no blank line around it). Recall per rewrite kind (the nearest item is the rewritten one, at or above the threshold) and
+          false positives, for the embedding check (backcheck.stage.embed_items, semantic.nearest_items, over the
+          document's vector and its paragraph windows as the stage has them; and the vector alone) and the
           n-gram layer (decontaminate's processor at its shipped rules), on the same documents and items.
 - demo:   what the back-checks found on the built demo (data/backcheck, data/tokenize): documents, tokens,
           examples, and the stage's seconds per 1,000 documents beside the other curation stages (runs/*.json).
@@ -148,6 +149,13 @@ def items() -> dict:
         docs.append(page[:cut] + "\n\n" + r["text"] + "\n\n" + page[cut:])
         kinds.append(r["kind"] + "_in_page")
         targets.append(source[(r["benchmark_file"], r["row"])])
+    for i, r in enumerate(rows):  # the harder case: run into a paragraph of the page, no blank line around it
+        page = pages[(i + 1) % len(pages)]
+        half = len(page) // 2
+        cut = page.rfind(" ", 0, half) if " " in page[:half] else half
+        docs.append(page[:cut] + " " + " ".join(r["text"].split()) + " " + page[cut:])
+        kinds.append(r["kind"] + "_in_paragraph")
+        targets.append(source[(r["benchmark_file"], r["row"])])
     docs += pages
     kinds += ["same_topic_clean"] * len(pages)
     targets += [-1] * len(pages)
@@ -155,6 +163,19 @@ def items() -> dict:
     doc_vectors = embed_texts(docs)
     nearest, sims = semantic.nearest_items(doc_vectors, vectors)
     embed_seconds = time.process_time() - started
+    pooled = (nearest.copy(), sims.copy())
+    # As the stage does with contamination.paragraphs: each paragraph and pair of paragraphs too, the nearest wins.
+    con = Backcheck().contamination
+    pieces, owner = [], []
+    for i, d in enumerate(docs):
+        w = semantic.paragraph_windows(d, con.min_paragraph_words, Embed().chunk_chars)
+        pieces += w
+        owner += [i] * len(w)
+    near_w, sim_w = semantic.nearest_items(embed_texts(pieces, max_chunks=1), vectors)
+    for k, o in enumerate(owner):
+        if sim_w[k] > sims[o]:
+            nearest[o], sims[o] = near_w[k], sim_w[k]
+    paragraph_seconds = time.process_time() - started - embed_seconds
     processor = DecontamProcessor(Decontaminate(benchmarks=specs))
     ngram = np.array([o.action == "drop" for o in processor.texts(docs)])
     kinds_a, targets_a = np.array(kinds), np.array(targets)
@@ -169,8 +190,12 @@ def items() -> dict:
             hit = sims[m] >= t
             entry[f"{t:g}"] = round(float((hit & right).mean() if k != "same_topic_clean" else hit.mean()), 3)
         entry["either"] = round(float(((sims[m] >= ITEMS) & (right | (k == "same_topic_clean")) | ngram[m]).mean()), 3)
+        hit = pooled[1][m] >= ITEMS  # the document's own vector alone (contamination.paragraphs: false)
+        entry["pooled_only"] = round(float((hit & (pooled[0][m] == targets_a[m])).mean() if k != "same_topic_clean"
+                                           else hit.mean()), 3)
         out["kinds"][k] = entry
     out["seconds"] = {"embed_items_cpu": round(item_seconds, 2), "embed_and_search_docs_cpu": round(embed_seconds, 2),
+                      "paragraph_windows": len(pieces), "embed_and_search_paragraphs_cpu": round(paragraph_seconds, 2),
                       "documents": len(docs)}
     return out
 
@@ -179,10 +204,12 @@ def _print_items(res: dict) -> None:
     print(f"\nparaphrased items: {res['items']} items ({res['items_found']} located among the index's "
           f"{res['index_items']}); share flagged per kind (recall; false positives for same_topic_clean)")
     shown = [f"{t:g}" for t in THRESHOLDS]
-    print(f"{'kind':28} {'n':>4} {'median':>7} " + " ".join(f"{t:>5}" for t in shown) + "  n-gram  either")
+    print(f"{'kind':28} {'n':>4} {'median':>7} " + " ".join(f"{t:>5}" for t in shown) + "  n-gram  either  pooled")
     for k, v in res["kinds"].items():
         print(f"{k:28} {v['documents']:>4} {v['cosine_median']:>7.3f} " + " ".join(f"{v[t]:>5.2f}" for t in shown)
-              + f"  {v['ngram_flagged']:>6.2f}  {v['either']:>6.2f}")
+              + f"  {v['ngram_flagged']:>6.2f}  {v['either']:>6.2f}  {v['pooled_only']:>6.2f}")
+    print(f"  (cosine: the document's vector and its {res['seconds']['paragraph_windows']} paragraph windows, the "
+          f"nearest; pooled: the document's own vector alone, at {ITEMS:g})")
 
 
 def demo() -> dict:

@@ -199,6 +199,35 @@ def test_the_stage_reports_by_default_and_drops_all_but_the_longest_when_asked(t
     assert {r["action"] for r in _table(tmp_path / "drop", "suspects")} == {"drop"}
 
 
+def test_an_item_rewritten_inside_a_longer_page_is_found_by_its_paragraph(tmp_path, shared_data, articles, synonyms):
+    """A page of four real news paragraphs with an ARC-Easy item, turned into a statement with synonyms swapped,
+    as a paragraph of its own in the middle: the page's pooled vector is too far from the item to be a suspect;
+    its paragraph is near enough, and the suspect row quotes it. A page of one paragraph has no windows."""
+    item = _arc_items(shared_data, 1)[0]
+    statement = paraphrase.swap_synonyms(paraphrase.question_to_statement(
+        item["query"].removeprefix("Question: "), item["choices"][item["gold"]]), synonyms)
+    page = articles[50] + "\n\n" + statement + "\n\n" + articles[51]
+    docs = [{"doc_id": "page", "text": page, "source": "news", "bucket": "web", "url": "https://p.example/1"},
+            *({"doc_id": f"a{i}", "text": articles[i], "source": "news", "bucket": "web", "url": None}
+              for i in range(60, 64))]
+    bench = [{"name": "arc_easy", "format": "llm_foundry", "path": str(shared_data / "eval/llm_foundry/arc_easy.jsonl")}]
+    _run(tmp_path / "pooled", docs, {"contamination": {"paragraphs": False}}, bench)
+    pooled = {r["doc_id"]: dict(r["scores"])["nearest_item_similarity"]
+              for r in pq.read_table(tmp_path / "pooled/data/backcheck/decisions").to_pylist()}
+    assert pooled["page"] < ITEM_THRESHOLD and not _table(tmp_path / "pooled", "suspects")
+    m = _run(tmp_path / "windows", docs, {}, bench)
+    (suspect,) = _table(tmp_path / "windows", "suspects")
+    from tokenmill.decontam.readers import item_id
+    assert suspect["doc_id"] == "page" and suspect["item_id"] == item_id("arc_easy", item)
+    assert suspect["similarity"] >= ITEM_THRESHOLD > pooled["page"]
+    assert statement[:100] in suspect["passage"]  # the paragraph itself (or with a neighbour)
+    assert m["contamination"]["paragraph_windows"] > 0
+    assert semantic.paragraph_windows("One paragraph only, of more than eight words in all.", 8, 2000) == []
+    # Each paragraph and each neighbouring pair, those of 8 words or more: "a b c" alone is too short.
+    assert semantic.paragraph_windows("a b c\n\nd e f g h i j k l", 8, 2000) == \
+        ["a b c\n\nd e f g h i j k l", "d e f g h i j k l"]
+
+
 def test_vectors_of_other_documents_are_refused(tmp_path, corpus):
     docs, bench = corpus
     _run(tmp_path, docs[:10], {}, bench)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 
 logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # it logs at INFO which CPU build it loaded
@@ -109,3 +110,21 @@ def nearest_items(doc_vectors: np.ndarray, item_vectors: np.ndarray) -> tuple[np
     index.add(np.ascontiguousarray(item_vectors, dtype=np.float32))
     sims, ids = index.search(np.ascontiguousarray(doc_vectors, dtype=np.float32), 1)
     return ids[:, 0].astype(np.int64), sims[:, 0].astype(np.float32)
+
+
+_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+
+
+def paragraph_windows(text: str, min_words: int, max_chars: int) -> list[str]:
+    """The passages of a document a paraphrased benchmark item may sit in on its own: each paragraph (text between
+    blank lines) and each pair of neighbouring paragraphs (a question and its answer apart), cut at max_chars,
+    those of min_words words or more. None for a document of one paragraph (its own vector is that passage)."""
+    paragraphs = [p.strip() for p in _BLANK_LINE.split(text) if p.strip()]
+    if len(paragraphs) < 2:
+        return []
+    windows = []
+    for i, p in enumerate(paragraphs):
+        windows.append(p)
+        if i + 1 < len(paragraphs):
+            windows.append(p + "\n\n" + paragraphs[i + 1])
+    return [w[:max_chars] for w in windows if len(w.split()) >= min_words]

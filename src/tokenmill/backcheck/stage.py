@@ -7,7 +7,9 @@ benchmark items decontaminate reads (embedded here by the embed stage's model). 
   kept with reason `semantic_duplicate_reported`. The kept one: reason `cluster_kept`.
 - `semantic_contamination`: its nearest benchmark item is at least contamination.threshold away and the n-gram
   layer did not flag the document; dropped when contamination.action is drop, otherwise kept with reason
-  `suspect_reported`. Both at once: the contamination decides.
+  `suspect_reported`. Both at once: the contamination decides. Nearest: of the document's own vector and, with
+  contamination.paragraphs, of each of its paragraphs and pairs of neighbouring paragraphs (an item rewritten
+  inside a longer page moves the page's pooled vector too little).
 Every decision carries the cosine to the nearest other document and to the nearest item (scores), and the
 cluster or item in its details. Two tables beside the documents, which the lineage loads:
 `semantic_duplicates` (every document in a cluster: the cluster, its size, the kept document and why, the
@@ -51,9 +53,11 @@ SUSPECTS = pa.schema([
     ("benchmark", pa.string()),
     ("item_id", pa.string()),  # readers.item_id: the name the evaluation gives the same item
     ("similarity", pa.float64()),  # cosine of the document to the item's question and answer
+    ("passage", pa.string()),  # the opening of the paragraph(s) nearest the item; null: the whole document
     ("action", pa.string()),  # keep (reported) or drop (contamination.action drop)
 ])
 ROUND = 6
+PASSAGE_CHARS = 300
 
 
 def embed_items(benchmarks: list[dict], embed: Embed) -> tuple[list[tuple[str, str]], np.ndarray]:
@@ -78,6 +82,30 @@ def _flagged(input_dir: Path) -> set[str]:
         return set()
     table = pa.concat_tables([pq.read_table(p, columns=["doc_id", "contaminated"]) for p in paths])
     return set(table.filter(table.column("contaminated")).column("doc_id").to_pylist())
+
+
+def _nearest_paragraphs(input_dir: Path, embed: Embed, min_words: int, item_vectors: np.ndarray,
+                        nearest: np.ndarray, sims: np.ndarray, passage: list[str | None]) -> int:
+    """Raise each document's nearest item (nearest, sims: in the documents' order, updated in place) to that of
+    its nearest paragraph window (semantic.paragraph_windows) where that is nearer, and note the window's opening
+    in `passage`. One shard at a time: a shard's windows are all that is held. Returns the windows embedded."""
+    row, total = 0, 0
+    for path in sorted((input_dir / "documents").glob("*.parquet")):
+        texts = pq.ParquetFile(path).read(columns=["text"]).column("text").to_pylist()
+        pieces, owner = [], []
+        for i, text in enumerate(texts):
+            windows = semantic.paragraph_windows(text or "", min_words, embed.chunk_chars)
+            pieces += windows
+            owner += [row + i] * len(windows)
+        if pieces:
+            vectors = embed_texts(pieces, embed.model, embed.dim, embed.chunk_chars, 1, embed.batch_size)
+            near, sim = semantic.nearest_items(vectors, item_vectors)
+            for k, o in enumerate(owner):
+                if sim[k] > sims[o]:
+                    nearest[o], sims[o], passage[o] = near[k], sim[k], pieces[k][:PASSAGE_CHARS]
+        row += len(texts)
+        total += len(pieces)
+    return total
 
 
 class BackcheckProcessor:
@@ -169,6 +197,12 @@ def backcheck_documents(input_dir: str | Path, embed_dir: str | Path, params: Ba
         log_phase("backcheck", "embedding the benchmark items")
         items, item_vectors = embed_items(benchmarks, embed)
         nearest, sims = semantic.nearest_items(vectors, item_vectors)
+        passage: list[str | None] = [None] * n
+        windows = 0
+        if con.paragraphs and len(items):
+            log_phase("backcheck", "embedding each paragraph of the documents of more than one")
+            windows = _nearest_paragraphs(input_dir, embed, con.min_paragraph_words, item_vectors, nearest, sims,
+                                          passage)
         flagged = _flagged(input_dir)
         for i in range(n):
             if nearest[i] < 0:
@@ -178,10 +212,10 @@ def backcheck_documents(input_dir: str | Path, embed_dir: str | Path, params: Ba
                 suspect_of[i] = items[int(nearest[i])]
                 suspect_rows.append({"doc_id": doc_ids[i], "benchmark": suspect_of[i][0],
                                      "item_id": suspect_of[i][1], "similarity": item_sim[i],
-                                     "action": "drop" if con.action == "drop" else "keep"})
-        result.metrics["contamination"] = result.extra["contamination"] = {"items": len(items), "suspects": len(suspect_rows),
-                                           "suspect_items": len({(r["benchmark"], r["item_id"])
-                                                                 for r in suspect_rows})}
+                                     "passage": passage[i], "action": "drop" if con.action == "drop" else "keep"})
+        result.metrics["contamination"] = result.extra["contamination"] = {
+            "items": len(items), "paragraph_windows": windows, "suspects": len(suspect_rows),
+            "suspect_items": len({(r["benchmark"], r["item_id"]) for r in suspect_rows})}
 
     schema.write_parquet(dup_rows, SEMANTIC_DUPLICATES, out_dir / "semantic_duplicates" / "semantic_duplicates.parquet")
     schema.write_parquet(suspect_rows, SUSPECTS, out_dir / "suspects" / "suspects.parquet")

@@ -70,16 +70,18 @@ def _insert_stage(con: duckdb.DuckDBPyConnection, order: int | None, m: dict) ->
 
 def _contamination_with_suspects(con: duckdb.DuckDBPyConnection) -> None:
     """The n-gram layer's overlaps and the embedding back-check's suspects in one `contamination` table: status
-    contaminated / near_miss (n-gram) or suspect (embedding; `similarity` its cosine, the n-gram columns null)."""
+    contaminated / near_miss (n-gram) or suspect (embedding; `similarity` its cosine, `passage` the paragraph(s)
+    nearest the item where a window was nearer than the whole document, the n-gram columns null)."""
     present = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
     if "contamination" not in present:
         return
     con.execute("ALTER TABLE contamination ADD COLUMN status VARCHAR")
     con.execute("UPDATE contamination SET status = CASE WHEN contaminated THEN 'contaminated' ELSE 'near_miss' END")
     con.execute("ALTER TABLE contamination ADD COLUMN similarity DOUBLE")
+    con.execute("ALTER TABLE contamination ADD COLUMN passage VARCHAR")
     if "suspects" in present:
         con.execute("""INSERT INTO contamination BY NAME
-            SELECT doc_id, benchmark, item_id, false AS contaminated, action, 'suspect' AS status, similarity
+            SELECT doc_id, benchmark, item_id, false AS contaminated, action, 'suspect' AS status, similarity, passage
             FROM suspects""")
 
 

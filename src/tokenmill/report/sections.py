@@ -390,12 +390,14 @@ def contamination(con, plots: Plots) -> Section:
     s.html.append("<h3>Overlaps (strongest 50)</h3>")
     s.html.append(table(["benchmark", "item", "doc_id", "url", "overlap", "contaminated"], top, numeric_from=4))
     suspects = con.execute("""
-        SELECT c.benchmark, c.item_id, c.doc_id, r.url, c.similarity, c.action
+        SELECT c.benchmark, c.item_id, c.doc_id, r.url, coalesce(left(c.passage, 120), '(the whole document)'),
+               c.similarity, c.action
         FROM contamination c JOIN records r USING (doc_id) WHERE c.status = 'suspect'
         ORDER BY c.similarity DESC, c.benchmark, c.item_id LIMIT 50""").fetchall()
     s.html.append("<h3>Suspects: nearest a benchmark item's meaning, not its words (embedding back-check, "
                   "strongest 50)</h3>")
-    s.html.append(table(["benchmark", "item", "doc_id", "url", "cosine", "action"], suspects, numeric_from=4)
+    s.html.append(table(["benchmark", "item", "doc_id", "url", "nearest passage", "cosine", "action"], suspects,
+                        numeric_from=5)
                   if suspects else "<p>No document is a suspect at backcheck.contamination.threshold.</p>")
     fig, ax = plt.subplots(figsize=(7, 3.2))
     fractions = [("drop" if c else "keep", f) for c, f in con.execute(
