@@ -272,9 +272,9 @@ def scout_result(repo: Path, rev: str, rung: str, name: str) -> dict:
     return data.get("scout", data)
 
 
-def rung_runs(repo: Path, rev: str, rung: str, name: str) -> list[dict[str, tuple[float, float | None]]]:
-    """run_figures of each of the rung's runs at an experiment's revision, seed 0 first: the rung's summary, then
-    its seed replicas' (data/train/scout/<rung>/replicas/seed<k>)."""
+def rung_runs(repo: Path, rev: str, rung: str, name: str) -> list[dict]:
+    """The summary of each of the rung's runs at an experiment's revision, seed 0 first: the rung's, then its seed
+    replicas' (data/train/scout/<rung>/replicas/seed<k>), read through one file system."""
     fs = revision_fs(str(repo), rev, name)
     root = f"data/train/scout/{rung}"
     try:
@@ -282,7 +282,7 @@ def rung_runs(repo: Path, rev: str, rung: str, name: str) -> list[dict[str, tupl
         if fs.exists(f"{root}/replicas"):
             paths += sorted((f"{p}/summary.json" for p in fs.ls(f"{root}/replicas", detail=False)),
                             key=lambda p: int(p.rsplit("seed", 1)[1].split("/")[0]))
-        return [run_figures(_read_json(fs, p, rev, name)) for p in paths]
+        return [_read_json(fs, p, rev, name) for p in paths]
     except CompareError as exc:
         raise SearchError(f"search: {exc}") from None
 
@@ -506,9 +506,10 @@ def verify_pair(repo: Path, swarm: Swarm, member, proposal: Mapping[str, float],
     pair = [member(proposal, name, seeds), member(swarm.prior, swarm.preset, seeds)]
     revs = run_experiments(repo, pair, rung, jobs, log)
     (exp, _), (base, _) = pair
-    runs = {e: rung_runs(repo, revs[e], rung, e) for e in (exp, base)}
-    per_bucket = {e: {b: scout_result(repo, revs[e], rung, e)["heldout_loss"][b] for b in responses}
-                  for e in (exp, base)}  # the first seed's, as the swarm's members have them
+    summaries = {e: rung_runs(repo, revs[e], rung, e) for e in (exp, base)}
+    runs = {e: [run_figures(x) for x in summaries[e]] for e in summaries}
+    # The first seed's losses per bucket, as the swarm's members have them.
+    per_bucket = {e: {b: summaries[e][0]["heldout_loss"][b] for b in responses} for e in summaries}
     pooled = {e: combine_replicas(runs[e])["heldout_mean"] for e in (exp, base)}
     out = {"experiment": exp, "rev": revs[exp], "seeds": seeds,
            "measured": pooled[exp][0], "measured_sigma": pooled[exp][1], "measured_buckets": per_bucket[exp],
