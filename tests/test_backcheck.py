@@ -290,3 +290,38 @@ def test_suspects_join_the_lineage_contamination_table_with_their_status():
     assert "1 overlapping document(s), suspect" in out and "https://quiz.example/3" in out
     assert "cosine 0.930 to the item's question and answer, no n-gram overlap: reported, kept" in out
     assert "kept by every stage" in out
+
+
+def test_the_report_shows_a_suspect_with_its_passage_and_the_strict_clean_score(tmp_path):
+    """The report's contamination section lists each suspect (item, document, URL, the passage nearest the item,
+    cosine, action) and counts it per benchmark; the evaluation table shows clean and clean (strict) side by side."""
+    import duckdb
+
+    from tokenmill.backcheck.stage import SUSPECTS
+    from tokenmill.lineage import _contamination_with_suspects
+    from tokenmill.report import sections, start
+
+    con = duckdb.connect()
+    ngram = pa.Table.from_pylist([
+        {"doc_id": "d1", "benchmark": "arc", "item_id": "i1", "matched_ngrams": 9, "item_ngrams": 9,
+         "overlap_fraction": 1.0, "contaminated": True, "action": "drop", "matched_words": 20, "item_words": 20}],
+        CONTAMINATION)
+    suspects = pa.Table.from_pylist([{"doc_id": "d3", "benchmark": "arc", "item_id": "i3", "similarity": 0.912,
+                                      "passage": "Which gas do plants take in? Carbon dioxide, the leaves take it in.",
+                                      "action": "keep"}], SUSPECTS)
+    con.execute("CREATE TABLE contamination AS SELECT * FROM ngram")
+    con.execute("CREATE TABLE suspects AS SELECT * FROM suspects")
+    _contamination_with_suspects(con)
+    con.execute("CREATE TABLE records AS SELECT * FROM (VALUES ('d1', 'https://a.example/1'), "
+                "('d3', 'https://quiz.example/3')) t(doc_id, url)")
+    html = "".join(sections.contamination(con, start(tmp_path)).html)
+    assert "Which gas do plants take in? Carbon dioxide" in html and "https://quiz.example/3" in html
+    assert "0.912" in html and "nearest passage" in html
+    counts = con.execute("SELECT count(*) FILTER (WHERE status = 'suspect'), count(*) FILTER (WHERE contaminated) "
+                         "FROM contamination").fetchone()
+    assert counts == (1, 1)
+    results = {"benchmarks": {"arc": {"items": 5, "dirty_items": 1, "suspect_items": 1, "metrics": {"acc": {
+        "all": 0.6, "all_stderr": 0.2, "clean": 0.5, "clean_stderr": 0.25, "clean_strict": 0.3333,
+        "clean_strict_stderr": 0.3333, "difference": 0.1, "difference_stderr": 0.1}}}}}
+    evaluation = "".join(sections.evaluation(results, "").html)
+    assert "clean (strict)" in evaluation and "0.3333" in evaluation and "0.5" in evaluation
