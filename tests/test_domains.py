@@ -224,6 +224,51 @@ def test_vectors_of_other_documents_are_refused(tmp_path, shared_data, ag_news):
         os.chdir(cwd)
 
 
+def test_documents_dropped_before_get_the_nearest_topic_a_format_and_a_score(tmp_path, shared_data, ag_news):
+    """The documents an earlier stage dropped (in ingest, not in the stage's input) are labelled beside the
+    decisions: held-back news land in the topic most kept news of their class fell into (a random topic would
+    agree for about one in five), the offensive page is tagged; the clusters are the kept
+    documents' alone (the same topics.parquet as without them); domains.label_dropped: false writes nothing."""
+    docs = _documents(shared_data, ag_news)
+    _, classes = ag_news
+    held = {d["doc_id"] for d in docs if d["doc_id"] in ("book001", "book003")
+            or d["doc_id"] == "rude0000" or (d["doc_id"].startswith("news") and int(d["doc_id"][4:]) >= 240)}
+    kept = [d for d in docs if d["doc_id"] not in held]
+    for k in range(3):
+        schema.write_parquet(docs[k::3], schema.DOCUMENT, tmp_path / "data" / "ingest" / "documents" /
+                             f"part-{k}.parquet")
+    _run(tmp_path, kept, {"topics": {"k": 5}})
+    alone = pq.read_table(tmp_path / "data/domains/topics.parquet")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        d = domains_stage.stage({"domains": {"topics": {"k": 5}}, "embed": {}, "execution": EXECUTION},
+                                "decontaminate", "embed", "ingest")
+    finally:
+        os.chdir(cwd)
+    assert pq.read_table(tmp_path / "data/domains/topics.parquet").equals(alone)  # kept documents' clusters
+    assert d["counts"]["in"] == len(kept)  # conservation: the stage's decisions are its input's alone
+    labels = {r["doc_id"]: r for r in pq.read_table(tmp_path / "data/domains/dropped_before.parquet").to_pylist()}
+    assert set(labels) == held and d["dropped_before_labelled"] == len(held)
+    assert json.loads((tmp_path / "metrics/domains.json").read_text())["dropped_before_labelled"] == len(held)
+    topic_of = {r["doc_id"]: json.loads(r["details"])["topic"] for r in _decisions(tmp_path)}
+    news_topic = {c: Counter(topic_of[f"news{i:04d}"] for i in range(240) if classes[i] == c).most_common(1)[0][0]
+                  for c in set(classes[:240])}
+    agree = [labels[f"news{i:04d}"]["topic"] == news_topic[classes[i]] for i in range(240, 300)]
+    assert sum(agree) / len(agree) >= 0.5, sum(agree)  # 40 of 60 here; the largest topic holds 30% of the kept news
+    assert all(r["format"] and 0 <= r["toxicity"] <= 1 and 0 < r["topic_similarity"] <= 1 for r in labels.values())
+    assert labels["rude0000"]["toxicity_tagged"] and labels["rude0000"]["toxicity"] >= 0.9
+    assert sum(r["toxicity_tagged"] for r in labels.values()) == sum(r["toxicity"] >= 0.9 for r in labels.values())
+
+    os.chdir(tmp_path)
+    try:
+        d = domains_stage.stage({"domains": {"topics": {"k": 5}, "label_dropped": False}, "embed": {},
+                                 "execution": EXECUTION}, "decontaminate", "embed", "ingest")
+    finally:
+        os.chdir(cwd)
+    assert not (tmp_path / "data/domains/dropped_before.parquet").exists() and "dropped_before_labelled" not in d
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Buckets and parameters
 

@@ -15,6 +15,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -271,6 +272,46 @@ def test_report_shows_each_topic_with_its_share_of_the_plan(tiny, report):
         assert row in page, topic
         assert f'{row}<td class="num">{shares.get(topic, 0):.4g}</td>' in page, topic
     assert "toxicity-tagged" in page
+
+
+def test_report_shows_the_format_mix_each_stage_kept_and_dropped(tiny, report):
+    """Every document with text carries a topic, a format and a score in the lineage (a document dropped before
+    the domains stage: labelled_by 'nearest topic'); the report's format mix per stage matches what each stage's
+    own decisions and the domains stage's two label files give, counted here without the lineage."""
+    out, _ = report
+    con = lineage.connect(tiny / "lineage" / lineage.DB_NAME)
+    unlabelled = con.execute("""SELECT dropped_at, labelled_by, count(*) FROM documents
+                                WHERE topic IS NULL OR format IS NULL OR toxicity IS NULL GROUP BY ALL""").fetchall()
+    by = set(con.execute("""SELECT dropped_at IS NULL OR dropped_at = 'domains', labelled_by FROM documents
+                            WHERE labelled_by IS NOT NULL GROUP BY ALL""").fetchall())
+    con.close()
+    assert all(stage == "ingest" and how is None for stage, how, _ in unlabelled), unlabelled  # no text, no label
+    assert by == {(True, "clustered"), (False, "nearest topic")}, by
+    data = tiny / "data"
+    fmt = {r["doc_id"]: r["format"] for r in pq.read_table(data / "domains/dropped_before.parquet").to_pylist()}
+    for path in (data / "domains/decisions").glob("*.parquet"):
+        fmt.update((r["doc_id"], json.loads(r["details"])["format"]) for r in pq.read_table(path).to_pylist())
+    page = (out / "index.html").read_text()
+    assert "The format mix each stage kept and dropped" in page and "The topic mix each stage kept and dropped" in page
+    formats = sorted(set(fmt.values()))
+    checked = 0
+    for stage in ("filter", "pii", "dedup", "quality", "decontaminate", "domains"):
+        rows = [r for p in (data / stage / "decisions").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+        for what, mine in (("kept", [r for r in rows if r["action"] != "drop"]),
+                           ("dropped", [r for r in rows if r["action"] == "drop"])):
+            if not mine:
+                continue
+            counts = Counter(fmt[r["doc_id"]] for r in mine)
+            cells = "".join(f'<td class="num">{fmt_cell(counts[f] / len(mine))}</td>' for f in formats)
+            row = (f'<td class="txt">{stage}</td><td class="txt">{what}</td><td class="num">{len(mine):,}</td>'
+                   f'<td class="num">0</td>{cells}')
+            assert row in page, (stage, what, row)
+            checked += 1
+    assert checked >= 8, checked  # the tiny run drops at five of those stages at least
+
+
+def fmt_cell(share: float) -> str:
+    return "0" if share == 0 else f"{share:.4g}" if share >= 1e-3 else f"{share:.3e}"
 
 
 def test_missing_inputs_say_not_run(tiny, tmp_path):

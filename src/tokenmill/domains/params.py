@@ -50,3 +50,5 @@ class Domains(Section):
     topics: Topics = Topics()
     formats: bool = True  # the format label (tokenmill.domains.formats)
     toxicity: Toxicity = Toxicity()
+    label_dropped: bool = True  # also label the documents an earlier stage dropped (nearest topic, format,
+    # toxicity), so the report shows the mix each stage kept and dropped; costs about an embed stage again

@@ -129,8 +129,15 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
     # lineage build from 1 to 10 million documents"), which DuckDB spills to disk.
     last = data_root / stages[-1] / "documents" / "*.parquet"
     # The domains stage (tokenmill.domains.labels) labels every document it sees: its topic, format and toxicity
-    # score become columns (null for a document dropped before it), its topics a table.
+    # score become columns, its topics a table. The documents an earlier stage dropped carry the same labels from
+    # its dropped_before.parquet (their topic: the nearest topic's centre; labelled_by 'nearest topic'); a record
+    # ingest dropped has no text and no label, nor has any document where the stage did not run.
     labelled = next((s for s in stages if (data_root / s / "topics.parquet").is_file()), None)
+    before = data_root / (labelled or "") / "dropped_before.parquet"
+    earlier = (f"SELECT doc_id, topic, format, toxicity, toxicity_tagged FROM read_parquet('{before}')"
+               if labelled and before.is_file() else
+               "SELECT NULL::VARCHAR AS doc_id, NULL::VARCHAR AS topic, NULL::VARCHAR AS format, "
+               "NULL::DOUBLE AS toxicity, NULL::BOOLEAN AS toxicity_tagged WHERE false")
     con.execute(f"""CREATE TABLE documents AS
         SELECT r.doc_id, r.source, r.bucket, r.url, r.record_type, r.record_id, r.crawl_date, r.content_type,
                r.file, r.locator, r.payload_bytes,
@@ -138,7 +145,11 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
                d.stage AS dropped_at, d.reason AS drop_reason,
                coalesce(m.n, 0) AS times_modified,
                o.text_chars AS final_text_chars,
-               l.topic, l.format, l.toxicity, l.toxicity_tagged
+               coalesce(l.topic, e.topic) AS topic, coalesce(l.format, e.format) AS format,
+               coalesce(l.toxicity, e.toxicity) AS toxicity, coalesce(l.toxicity_tagged, e.toxicity_tagged)
+                   AS toxicity_tagged,
+               CASE WHEN l.doc_id IS NOT NULL THEN 'clustered' WHEN e.doc_id IS NOT NULL THEN 'nearest topic' END
+                   AS labelled_by
         FROM records r
         LEFT JOIN (SELECT doc_id, stage, reason FROM decisions WHERE action = 'drop') d USING (doc_id)
         LEFT JOIN (SELECT doc_id, count(*) AS n FROM decisions WHERE action = 'modify' GROUP BY doc_id) m
@@ -148,6 +159,7 @@ def build(con: duckdb.DuckDBPyConnection, stages: list[str], data_root: Path, so
                           json_extract_string(details, '$.format') AS format, scores['toxicity'] AS toxicity,
                           reason IN ('toxicity_tagged', 'toxicity') AS toxicity_tagged
                    FROM decisions WHERE stage = '{labelled or ""}') l USING (doc_id)  -- none: null columns
+        LEFT JOIN ({earlier}) e USING (doc_id)
         ORDER BY r.source, r.file, r.doc_id""")
     if labelled:
         con.execute(f"CREATE TABLE topics AS SELECT * FROM read_parquet('{data_root / labelled / 'topics.parquet'}')")

@@ -309,8 +309,9 @@ def domains(con, plots: Plots) -> Section:
     if "topics" not in _tables(con):
         return _not_run(s, "no topics in the lineage (the domains stage has not run)")
     named = con.execute("SELECT topic, name, documents, examples FROM topics ORDER BY topic").fetchall()
-    # The mix at the domains stage (every document it labelled) and in the plan (tokens the run reads).
-    seen = con.execute("""SELECT topic, format, count(*) FROM documents WHERE topic IS NOT NULL GROUP BY ALL""").fetchall()
+    # The mix at the domains stage (every document it clustered) and in the plan (tokens the run reads).
+    seen = con.execute("""SELECT topic, format, count(*) FROM documents WHERE labelled_by = 'clustered'
+                          GROUP BY ALL""").fetchall()
     planned = []
     if "plan" in _tables(con):
         planned = con.execute("""SELECT d.topic, d.format, sum(p.length) FROM plan p JOIN documents d USING (doc_id)
@@ -340,19 +341,56 @@ def domains(con, plots: Plots) -> Section:
                          for f in formats]))
     tox = con.execute("""SELECT r.bucket, d.format, count(*), sum(CASE WHEN d.toxicity_tagged THEN 1 ELSE 0 END),
                                  max(d.toxicity)
-                         FROM documents d JOIN records r USING (doc_id) WHERE d.topic IS NOT NULL
+                         FROM documents d JOIN records r USING (doc_id) WHERE d.labelled_by = 'clustered'
                          GROUP BY ALL ORDER BY 1, 2""").fetchall()
     s.html.append(table(["source bucket", "format", "documents", "toxicity-tagged", "highest score"], tox,
                         numeric_from=2))
+    every_format = [f for (f,) in con.execute("SELECT DISTINCT format FROM documents WHERE format IS NOT NULL "
+                                              "ORDER BY 1").fetchall()]  # a dropped document's may be new here
+    for label, names in (("format", every_format), ("topic", topics)):
+        header, rows = mix_per_stage(con, label, names)
+        if rows:
+            s.html.append(f"<h3>The {label} mix each stage kept and dropped</h3>")
+            s.html.append(table(header, rows, numeric_from=2))
     tagged = con.execute("""SELECT doc_id, url, format, toxicity, dropped_at IS NOT NULL FROM documents
                             WHERE toxicity_tagged ORDER BY toxicity DESC LIMIT 10""").fetchall()
     if tagged:
         s.html.append(table(["tagged document", "url", "format", "toxicity", "dropped"], tagged, numeric_from=3))
     s.note = ("Topics are k-means clusters of the document embeddings, named by their most distinctive words; "
-              "the toxicity score tags (and removes only where domains.toxicity.drop_above is set). Review a "
+              "the toxicity score tags (and removes only where domains.toxicity.drop_above is set). A document an "
+              "earlier stage dropped is labelled too, with the nearest topic (domains.label_dropped), so the mix "
+              "per stage shows what each stage removed from each format and topic (shares of its documents; the "
+              "plan: of its tokens); a record ingest dropped has no text and no label. Review a "
               "slice's tagged documents with `tokenmill audit sql`: the score's false positives per slice are in "
               "benchmarks/RESULTS.md, \"Toxicity\".")
     return s
+
+
+def mix_per_stage(con, label: str, names: Sequence[str]) -> tuple[list[str], list[tuple]]:
+    """Per document stage (in pipeline order) the documents it kept and those it dropped, each with the share of
+    every value of `label` (format or topic) among them; then the plan's share of tokens. Unlabelled documents
+    (records ingest dropped, which have no text) are counted on their own."""
+    counts = con.execute(f"""SELECT dc.stage_order, dc.stage, dc.action = 'drop', d.{label}, count(*)
+                             FROM decisions dc JOIN documents d USING (doc_id) GROUP BY ALL""").fetchall()
+    if not any(value is not None for *_, value, _ in counts):
+        return [], []
+    stages = sorted({(order, stage) for order, stage, *_ in counts})
+    rows = []
+    for order, stage in stages:
+        for dropped in (False, True):
+            mine = {value: n for o, st, d, value, n in counts if o == order and d == dropped}
+            total = sum(n for v, n in mine.items() if v is not None)
+            if not mine:
+                continue
+            rows.append((stage, "dropped" if dropped else "kept", sum(mine.values()), mine.get(None, 0),
+                         *(mine.get(v, 0) / total if total else None for v in names)))
+    if "plan" in _tables(con):
+        planned = dict(con.execute(f"""SELECT d.{label}, sum(p.length) FROM plan p JOIN documents d USING (doc_id)
+                                       WHERE d.{label} IS NOT NULL GROUP BY ALL""").fetchall())
+        total = sum(planned.values())
+        if total:
+            rows.append(("plan", "tokens", total, 0, *(planned.get(v, 0) / total for v in names)))
+    return ["stage", "documents", "count", "unlabelled", *names], rows
 
 
 def contamination(con, plots: Plots) -> Section:
