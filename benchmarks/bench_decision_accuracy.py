@@ -184,9 +184,16 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--report-only", action="store_true", help="train nothing: report the recipes already finished")
     ap.add_argument("--order", default=None, help="comma-separated recipe names: train these first, in this order")
+    ap.add_argument("--recipes", default=None, help="comma-separated recipe names: only these")
+    ap.add_argument("--scouts", default=None, help="a conf/scouts preset for every recipe's ladder (default: the "
+                    "scale's); the track record is then written under --work, not into the project")
     args = ap.parse_args()
     project, work = Path(args.project).resolve(), Path(args.work).resolve()
     wanted = recipes(project, args.draws, args.concentration, args.seed)
+    if args.recipes:
+        wanted = {n: wanted[n] for n in args.recipes.split(",")}
+    if args.scouts:
+        wanted = {n: [*o, f"scouts={args.scouts}"] for n, o in wanted.items()}
     if args.order:
         first = args.order.split(",")
         wanted = {**{n: wanted[n] for n in first}, **{n: o for n, o in wanted.items() if n not in first}}
@@ -268,7 +275,8 @@ def main() -> None:
     # made at a rung (tokenmill.evaluate.track), committed with the project.
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project, capture_output=True,
                             text=True).stdout.strip()
-    out = project / track.TRACK_RECORD
+    # Only the scale's own ladder over every recipe is the project's record; another ladder's stays in --work.
+    out = project / track.TRACK_RECORD if not (args.scouts or args.recipes) else work / "track_record.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"measured_on": f"the demo (scale cpu_demo) at commit {commit}",
                                "recipes": sorted(results), "full_run_seeds": args.seeds,

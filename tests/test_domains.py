@@ -116,10 +116,11 @@ def _documents(shared_data: Path, ag_news) -> list[dict]:
     texts, _ = ag_news
     rows = [{"doc_id": f"news{i:04d}", "text": t, "source": "news", "bucket": "web", "url": f"https://n.example/{i}"}
             for i, t in enumerate(texts[:300])]
+    # 20 pieces of 5,000 characters of one book (about 100,000 of its characters): long enough to be chunked.
     book = gzip.open(sorted((shared_data / "text" / "gutenberg" / "en").glob("*.txt.gz"))[0], "rt",
                      encoding="utf-8", errors="replace").read()
     body = book[len(book) // 4:]
-    rows += [{"doc_id": f"book{i:03d}", "text": body[i * 20000:(i + 1) * 20000], "source": "books",
+    rows += [{"doc_id": f"book{i:03d}", "text": body[i * 5000:(i + 1) * 5000], "source": "books",
               "bucket": "books", "url": None} for i in range(20)]  # long: cut into chunks and pooled
     rows.append({"doc_id": "rude0000", "source": "forum", "bucket": "web", "url": "https://f.example/1",
                  "text": "Thanks for the patch, it builds now.\n\nShut up you fucking idiot, nobody asked you."})
@@ -226,12 +227,14 @@ def test_vectors_of_other_documents_are_refused(tmp_path, shared_data, ag_news):
 
 def test_documents_dropped_before_get_the_nearest_topic_a_format_and_a_score(tmp_path, shared_data, ag_news):
     """The documents an earlier stage dropped (in ingest, not in the stage's input) are labelled beside the
-    decisions: held-back news land in the topic most kept news of their class fell into (a random topic would
-    agree for about one in five), the offensive page is tagged; the clusters are the kept
+    decisions: held-back pieces of a book land in the topic of the same book's kept pieces, held-back news in the
+    topic most kept news of their class fell into (a random topic would agree for about one in five), the
+    offensive page is tagged; the clusters are the kept
     documents' alone (the same topics.parquet as without them); domains.label_dropped: false writes nothing."""
     docs = _documents(shared_data, ag_news)
     _, classes = ag_news
-    held = {d["doc_id"] for d in docs if d["doc_id"] in ("book001", "book003")
+    held_books = [f"book{i:03d}" for i in range(1, 10, 2)]
+    held = {d["doc_id"] for d in docs if d["doc_id"] in held_books
             or d["doc_id"] == "rude0000" or (d["doc_id"].startswith("news") and int(d["doc_id"][4:]) >= 240)}
     kept = [d for d in docs if d["doc_id"] not in held]
     for k in range(3):
@@ -252,6 +255,8 @@ def test_documents_dropped_before_get_the_nearest_topic_a_format_and_a_score(tmp
     assert set(labels) == held and d["dropped_before_labelled"] == len(held)
     assert json.loads((tmp_path / "metrics/domains.json").read_text())["dropped_before_labelled"] == len(held)
     topic_of = {r["doc_id"]: json.loads(r["details"])["topic"] for r in _decisions(tmp_path)}
+    book_topic = Counter(topic_of[f"book{i:03d}"] for i in range(0, 20) if f"book{i:03d}" not in held)
+    assert sum(labels[b]["topic"] == book_topic.most_common(1)[0][0] for b in held_books) >= 4, (book_topic, labels)
     news_topic = {c: Counter(topic_of[f"news{i:04d}"] for i in range(240) if classes[i] == c).most_common(1)[0][0]
                   for c in set(classes[:240])}
     agree = [labels[f"news{i:04d}"]["topic"] == news_topic[classes[i]] for i in range(240, 300)]
