@@ -317,6 +317,20 @@ def _openlineage(args) -> int:
     return 0
 
 
+def _value(args) -> int:
+    from tokenmill import value  # the tokenizer and the text measures: only for `value`
+
+    try:
+        c = value.card(args.repo, args.source, args.sample)
+    except LookupError as exc:
+        print(f"tokenmill {exc}", file=sys.stderr)
+        return 2
+    out = value.write(c, Path(args.repo) / (args.out or f"reports/value/{args.source}.json"))
+    print(json.dumps(c, indent=1, default=str) if args.json else value.render(c))
+    print(f"value: the card is in {out}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="tokenmill", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -377,10 +391,18 @@ def main(argv: list[str] | None = None) -> int:
     rel = sub.add_parser("release", help="the curated corpus with a Croissant file and a dataset card (release/)")
     rel.add_argument("--repo", default=".", help="the built project (default: here)")
     rel.add_argument("--out", default="release", help="the release folder, replaced whole (default: release/)")
+    val = sub.add_parser("value", help="a data source's value card: what it adds, read from the built project "
+                                        "(reports/value/<source>.json; the decision page shows every card)")
+    val.add_argument("source", help="a source declared in the configuration and ingested (sources.<name>)")
+    val.add_argument("--repo", default=".", help="the built project (default: here)")
+    val.add_argument("--sample", type=int, default=2000,
+                     help="documents read each side for the text measures (default 2000)")
+    val.add_argument("--out", help="the card's JSON (default: reports/value/<source>.json)")
+    val.add_argument("--json", action="store_true", help="print the card as JSON")
     args = parser.parse_args(argv)
     try:
         code = {"compare": _compare, "search": _search, "openlineage": _openlineage,
-            "release": _release}.get(args.command, _audit)(args)
+            "release": _release, "value": _value}.get(args.command, _audit)(args)
         sys.stdout.flush()  # a closed pipe shows up here at the latest, while it can still be handled
         return code
     except BrokenPipeError:

@@ -123,6 +123,28 @@ def search_section(plots: S.Plots, found: Mapping, index: int, project: str | Pa
     return s
 
 
+def value_section(cards: Sequence[Mapping]) -> S.Section:
+    """The value cards `tokenmill value` wrote (reports/value/*.json), one row per source: what it adds."""
+    s = S.Section("value", "What each source adds (value cards)",
+                  note="From the lineage and the source's text (`tokenmill value <source>`): documents and tokens kept, "
+                       "the share dedup dropped and whose copies they were, template lines, bytes per token, PII, "
+                       "toxicity and benchmark overlap. A card needs no training run; the paired scout runs and the "
+                       "anneal test say what the tokens are worth to the model.")
+    rows = []
+    for c in cards:
+        src, tok, dup = c["source"], c["tokens"], c["duplicates"]
+        rep, tz, cont = c.get("repetition") or {}, c.get("tokenizer") or {}, c.get("contamination") or {}
+        rows.append((src["source"], src["licence"] or "–", src["records"], tok["kept"], tok["share_of_plan"],
+                     dup["rate"], f"{dup['copies_within_source']:,} / {dup['copies_of_the_rest']:,}",
+                     (rep.get("source") or {}).get("template_share"), (rep.get("rest") or {}).get("template_share"),
+                     (tz.get("source") or {}).get("bytes_per_token"), (tz.get("rest") or {}).get("bytes_per_token"),
+                     c["pii"]["redacted"], c["toxicity"]["share"], cont.get("documents", 0)))
+    s.html.append(S.table(["source", "licence", "records", "tokens kept", "share of plan", "dedup dropped",
+                           "copies: own / rest's", "template lines", "rest", "bytes/token", "rest", "PII redacted",
+                           "toxicity-tagged", "benchmark overlap"], rows, numeric_from=2))
+    return s
+
+
 def build_decision_page(out_dir: str | Path, comparisons: Sequence[Mapping], data: Sequence[Mapping],
                         searches: Sequence[Path] = (), project: str | Path = ".",
                         title: str = "tokenmill: which experiment to take") -> dict:
@@ -136,4 +158,8 @@ def build_decision_page(out_dir: str | Path, comparisons: Sequence[Mapping], dat
         built.append(S._not_run(S.Section("search", "Mixture search"),
                                 "no searches/*.json here: `tokenmill search` has not run"))
     built.append(forecast_section(plots, project, project / "data" / "forecast" / "prediction.json")[0])
+    cards = [json.loads(p.read_text()) for p in sorted((project / "reports" / "value").glob("*.json"))]
+    built.append(value_section(cards) if cards else
+                 S._not_run(S.Section("value", "What each source adds (value cards)"),
+                            "no reports/value/*.json here: `tokenmill value <source>` has not run"))
     return publish(out_dir, title, built, "decision.json")
