@@ -50,6 +50,9 @@ def test_the_card_counts_each_stage_tokens_and_copies_from_the_stages_own_files(
         for action in ("keep", "modify", "drop"):
             assert got[action] == sum(r["action"] == action for r in mine), (stage, action)
         assert got["reasons"] == dict(Counter(f"{r['action']}:{r['reason']}" for r in mine)), stage
+        texts = ds.dataset(str(tiny / "data" / stage / "documents"), format="parquet").to_table(
+            columns=["source", "text"]).to_pylist()
+        assert got["bytes_kept"] == sum(len(r["text"].encode()) for r in texts if r["source"] == source), stage
     # Ingest's drops are records without text, absent from its output: what it kept is the source's documents.
     assert by_stage["ingest"]["keep"] == sum(1 for s in sources.values() if s == source)
     # Tokens kept: the token index's lengths of the source's documents.

@@ -2,8 +2,8 @@
 
 The question a data team asks most often is "is this source worth adding?". The card answers the part that needs
 no training run, from what the pipeline already recorded about the source's documents:
-- acceptance: records read, and per curation stage the documents it kept, changed and dropped, with the reasons;
-  tokens kept and planned;
+- acceptance: records read, and per curation stage the documents it kept, changed and dropped, with the reasons,
+  and the bytes of text it kept (tokens at the source's measured bytes per token); tokens kept and planned;
 - unique information: the documents dedup dropped, as copies of the source's own documents or of the rest of the
   corpus, and the rest's documents dropped as copies of the source's; repeated lines inside a document and
   template lines shared by many of its documents, beside the rest's;
@@ -59,7 +59,18 @@ def card(project: str | Path, source: str, sample: int = 2000) -> dict:
     tokenizer = data / "tokenizer" / "tokenizer.model"
     out["tokenizer"] = (_tokenizer(Tokenizer(tokenizer), data / last, source, sample)
                         if last and tokenizer.is_file() else None)
+    # Bytes of text each stage kept of the source (its output's documents), and tokens at the sample's rate.
+    rate = (out["tokenizer"] or {}).get("source", {}).get("bytes_per_token")
+    for st in out["stages"]:
+        folder = data / st["stage"] / "documents"
+        st["bytes_kept"] = _bytes(folder, source) if folder.is_dir() else None
+        st["tokens_kept_estimate"] = round(st["bytes_kept"] / rate) if st["bytes_kept"] is not None and rate else None
     return out
+
+
+def _bytes(folder: Path, source: str) -> int:
+    table = ds.dataset(str(folder), format="parquet").to_table(columns=["text"], filter=pc.field("source") == source)
+    return int(pc.sum(pc.binary_length(table["text"])).as_py() or 0)
 
 
 def _rows(con, sql: str, params: list) -> list[dict]:
@@ -253,10 +264,13 @@ def render(c: dict) -> str:
              f"documents {s['documents']:,}",
              f"  tokens kept {t['kept']:,} ({_pct(t['share_of_corpus'])} of the corpus), planned {t['planned']:,} "
              f"({_pct(t['share_of_plan'])} of the plan{'' if t['in_mixture'] else ': not in the mixture'})",
-             "", f"  {'stage':<14}{'in':>8}{'kept':>8}{'changed':>9}{'dropped':>9}  reasons"]
+             "", f"  {'stage':<14}{'in':>8}{'kept':>8}{'changed':>9}{'dropped':>9}{'MB kept':>9}{'~tokens':>12}  reasons"]
     for st in c["stages"]:
         reasons = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in st["reasons"].items() if k.startswith("drop:"))
-        lines.append(f"  {st['stage']:<14}{st['in']:>8,}{st['keep']:>8,}{st['modify']:>9,}{st['drop']:>9,}  {reasons}")
+        mb = "–" if st.get("bytes_kept") is None else f"{st['bytes_kept'] / 1e6:.2f}"
+        tok = "–" if st.get("tokens_kept_estimate") is None else f"{st['tokens_kept_estimate']:,}"
+        lines.append(f"  {st['stage']:<14}{st['in']:>8,}{st['keep']:>8,}{st['modify']:>9,}{st['drop']:>9,}{mb:>9}"
+                     f"{tok:>12}  {reasons}")
     d = c["duplicates"]
     lines += ["", f"  duplicates: {d['dropped']:,} of {d['dedup_input']:,} dropped by dedup ({_pct(d['rate'])}): "
                   f"{d['copies_within_source']:,} copies of its own documents, {d['copies_of_the_rest']:,} of the "
