@@ -118,3 +118,53 @@ def test_the_command_writes_the_card_and_names_the_sources_it_knows(tiny, tmp_pa
         assert summary["sections"]["value"] == "ok" and '<td class="txt">sample_licenses</td>' in page
     finally:
         shutil.rmtree(cards, ignore_errors=True)  # the tiny run is shared: leave it as built
+
+
+@pytest.mark.slow  # two scout-only experiments (two seeds each) through `dvc exp run --queue` on the tiny run
+def test_paired_runs_with_and_without_the_code_trade_code_for_web(tiny, tmp_path):
+    """`--paired`: the mixture with the source and without it, each at two seeds; the `without` side plans no
+    token of the source's bucket; the gain on each held-out bucket is the two experiments' own summaries'
+    difference, and points the way a mixture trades: with the code the code bucket is better, without it the
+    web bucket that gets its tokens is better, beyond 2 σ (at the tiny run's s1, code's own gain is within its
+    noise); a rerun runs nothing."""
+    from tokenmill import search as S
+
+    run = tiny_run.run(["tokenmill", "value", "sample_code", "--paired", "--rung", "s1", "--json",
+                        "--out", "value-paired.json"], tiny)
+    try:
+        assert "0 of 2 experiments already held" in run.stderr, run.stderr
+        c = json.loads(run.stdout)
+        p = c["paired"]
+        assert p["seeds"] == 2 and p["rung"] == "s1"
+        assert "~mixture.phases.bulk.weights.code" in p["overrides"]["without"]
+        planned = {}
+        for side in ("with", "without"):
+            e = p["experiments"][side]
+            fs = S.revision_fs(str(tiny), e["rev"], e["name"])
+            planned[side] = json.loads(fs.read_text("metrics/mixture.json"))
+        assert planned["with"]["planned"]["code"] > 0 and planned["without"]["planned"].get("code", 0) == 0, planned
+        rows = {r["metric"]: r for r in p["metrics"]}
+        runs = {side: S.rung_runs(tiny, p["experiments"][side]["rev"], "s1", p["experiments"][side]["name"])
+                for side in ("with", "without")}
+        assert all(len(r) == 2 for r in runs.values())
+        mean = {side: sum(x["heldout_loss"]["code"] for x in runs[side]) / 2 for side in runs}
+        code = rows["heldout.code"]
+        assert code["gain"] == pytest.approx(mean["without"] - mean["with"], rel=1e-9)
+        assert code["gain"] > 0 and code["sigma"] > 0
+        web = rows["heldout.web/high"]
+        assert web["gain"] < -2 * web["sigma"] < 0 and web["verdict"] == "better without the source, beyond 2 σ", web
+        assert rows["heldout_mean"]["track_record"].startswith("track record:")
+        again = tiny_run.run(["tokenmill", "value", "sample_code", "--paired", "--rung", "s1", "--json",
+                              "--out", "value-paired.json"], tiny)
+        assert "2 of 2 experiments already held by DVC; running 0" in again.stderr
+        # The decision page shows the pair's table beside the card.
+        from tokenmill.report.decision import build_decision_page
+
+        (tiny / "reports" / "value").mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny / "value-paired.json", tiny / "reports" / "value" / "sample_code.json")
+        build_decision_page(tmp_path / "page", [], [], project=tiny)
+        page = (tmp_path / "page" / "index.html").read_text()
+        assert "sample_code: with and without it at s1, 2 seed(s) each" in page and "better without the source" in page
+    finally:
+        (tiny / "value-paired.json").unlink(missing_ok=True)
+        shutil.rmtree(tiny / "reports" / "value", ignore_errors=True)

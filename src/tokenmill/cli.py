@@ -319,10 +319,14 @@ def _openlineage(args) -> int:
 
 def _value(args) -> int:
     from tokenmill import value  # the tokenizer and the text measures: only for `value`
+    from tokenmill.search import SearchError  # DVC's queue, for the paired experiments: only for `value`
 
     try:
         c = value.card(args.repo, args.source, args.sample)
-    except LookupError as exc:
+        if args.paired:
+            c["paired"] = value.paired(args.repo, args.source, args.rung, args.seeds, args.jobs, args.weight,
+                                       log=lambda m: print(m, file=sys.stderr))
+    except (LookupError, SearchError) as exc:
         print(f"tokenmill {exc}", file=sys.stderr)
         return 2
     out = value.write(c, Path(args.repo) / (args.out or f"reports/value/{args.source}.json"))
@@ -399,6 +403,13 @@ def main(argv: list[str] | None = None) -> int:
                      help="documents read each side for the text measures (default 2000)")
     val.add_argument("--out", help="the card's JSON (default: reports/value/<source>.json)")
     val.add_argument("--json", action="store_true", help="print the card as JSON")
+    val.add_argument("--paired", action="store_true", help="also train scout-only experiments of the mixture with "
+                                                           "and without the source (dvc exp run --queue)")
+    val.add_argument("--rung", help="the rung the paired experiments train (default: the ladder's first)")
+    val.add_argument("--seeds", type=int, default=2, help="seeds of each side (default 2)")
+    val.add_argument("--jobs", type=int, default=2, help="experiments run at a time (default 2)")
+    val.add_argument("--weight", type=float, help="the source's weight in every phase for the `with` side "
+                                                  "(default: the preset's; needed when it has none)")
     args = parser.parse_args(argv)
     try:
         code = {"compare": _compare, "search": _search, "openlineage": _openlineage,

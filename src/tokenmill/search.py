@@ -200,12 +200,12 @@ def _at(params: Mapping, key: str):
     return node
 
 
-def experiment_name(pipeline: str, params: Mapping) -> str:
+def experiment_name(pipeline: str, params: Mapping, prefix: str = "swarm") -> str:
     """A swarm member's name: the hash of the pipeline it runs from and of the parameter values its stages read
     (params.yaml as its overrides compose it). Anything else (documentation, tests, another preset file in
     conf/, a stage downstream of the rung) leaves it, and so its result, as it was."""
     digest = hashlib.sha256((pipeline + json.dumps(params, sort_keys=True)).encode()).hexdigest()
-    return f"swarm-{digest[:12]}"
+    return f"{prefix}-{digest[:12]}"
 
 
 def _dvc(repo: Path, *args: str) -> subprocess.CompletedProcess:

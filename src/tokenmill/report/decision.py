@@ -142,6 +142,16 @@ def value_section(cards: Sequence[Mapping]) -> S.Section:
     s.html.append(S.table(["source", "licence", "records", "tokens kept", "share of plan", "dedup dropped",
                            "copies: own / rest's", "template lines", "rest", "bytes/token", "rest", "PII redacted",
                            "toxicity-tagged", "benchmark overlap"], rows, numeric_from=2))
+    for c in cards:  # the paired scout runs, where `--paired` ran: the gain of adding the source per metric
+        pr = c.get("paired")
+        if pr:
+            s.html.append(f"<h3>{S.esc(c['source']['source'])}: with and without it at {S.esc(pr['rung'])}, "
+                          f"{pr['seeds']} seed(s) each (gain = without - with; positive: better with it)</h3>")
+            s.html.append(S.table(["metric", "with", "without", "gain", "σ", "paired σ", "verdict"],
+                                  [(r["metric"], r["with"], r["without"], r["gain"], r["sigma"], r["paired_sigma"],
+                                    r["verdict"]) for r in pr["metrics"]], numeric_from=1))
+            lines = [r["track_record"] for r in pr["metrics"] if r["track_record"]]
+            s.html.extend(f"<p>{S.esc(x)}</p>" for x in lines)
     return s
 
 

@@ -12,6 +12,10 @@ no training run, from what the pipeline already recorded about the source's docu
 - risk: documents PII redaction changed (per kind), the toxicity tag's share, the licence, the documents that
   overlapped benchmark items (n-gram and embedding back-check);
 - where it lands: its documents' topics and formats, where the domains stage ran.
+With `paired` (`tokenmill value <source> --paired`), what its tokens are worth to a model: scout-only experiments
+of the mixture with the source and without it, through DVC's queue, each rung trained at two seeds: per held-out
+bucket, the held-out mean, the benchmarks' bits per byte and the planted canaries' exposure, the gain of adding it
+with its σ, the verdict and the rung's measured track record.
 
 Counts come from the lineage (lineage/lineage.duckdb); the text measures read the source's documents from the
 stage outputs (ingest's for repetition, the last document stage's for the tokenizer) and a sample of the rest of
@@ -31,6 +35,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from tokenmill import lineage
+from tokenmill import search as S
+from tokenmill.evaluate import track
+from tokenmill.evaluate.signal import combine_replicas, run_figures
 from tokenmill.tokenizer import Tokenizer
 
 WORD = re.compile(r"[^\W\d_]{3,}")  # words of letters: what "pieces per word" and the fragmented terms count
@@ -253,6 +260,108 @@ def _tokenizer(tok: Tokenizer, stage_dir: Path, source: str, sample: int) -> dic
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Paired scout experiments: the mixture with the source and without it
+
+
+def source_buckets(project: Path, source: str) -> list[str]:
+    """The mixture buckets the source's tokens fill; an error when another source shares one (removing the
+    bucket would remove that source too)."""
+    con = lineage.connect(project / "lineage" / lineage.DB_NAME, extra={})
+    try:
+        buckets = [r[0] for r in con.execute("SELECT DISTINCT bucket FROM token_index WHERE source = ? ORDER BY 1",
+                                             [source]).fetchall()]
+        shared = con.execute(f"""SELECT bucket, string_agg(DISTINCT source, ', ') FROM token_index
+                                 WHERE bucket IN (SELECT unnest(?)) AND source <> ? GROUP BY 1 ORDER BY 1""",
+                             [buckets, source]).fetchall()
+    finally:
+        con.close()
+    if not buckets:
+        raise LookupError(f"value: source {source!r} has no tokens (every document was dropped, or tokenize has "
+                          f"not run): there is nothing to pair")
+    if shared:
+        raise LookupError(f"value: source {source!r} shares bucket(s) {', '.join(f'{b} with {o}' for b, o in shared)}"
+                          f": the paired runs remove whole buckets; give the source a bucket of its own "
+                          f"(sources.{source}.bucket)")
+    return buckets
+
+
+def pair_overrides(params: dict, source: str, buckets: list[str], weight: float | None) -> dict[str, list[str]]:
+    """The `-S` overrides of the two sides: `with` (the preset, or each of the source's buckets at weight /
+    len(buckets) in every phase when weight is given) and `without` (the source's buckets removed from every
+    phase)."""
+    mixture = params["mixture"]
+    preset, phases = mixture["name"], mixture["phases"]
+    present = {ph: [b for b in buckets if (spec.get("weights") or {}).get(b)] for ph, spec in phases.items()}
+    if weight is None and not any(present.values()):
+        raise LookupError(f"value: source {source!r} (buckets {', '.join(buckets)}) has no weight in mixture "
+                          f"{preset}: give the weight to try it at (--weight)")
+    with_ = [f"mixture={preset}", f"mixture.name={preset}_with_{source}"]
+    if weight is not None:
+        with_ += [f"++mixture.phases.{ph}.weights.{b}={weight / len(buckets):g}" for ph in phases for b in buckets]
+    without = [f"mixture={preset}", f"mixture.name={preset}_without_{source}"]
+    for ph, spec in phases.items():
+        gone = [b for b in buckets if b in (spec.get("weights") or {})]
+        if gone and len(gone) == len(spec["weights"]):
+            raise LookupError(f"value: without source {source!r} phase {ph} of mixture {preset} has no weight left")
+        without += [f"~mixture.phases.{ph}.weights.{b}" for b in gone]
+    return {"with": with_, "without": without}
+
+
+def _figures(summary: dict) -> dict:
+    out = run_figures(summary)
+    for bucket, loss in (summary.get("heldout_loss") or {}).items():
+        out[f"heldout.{bucket}"] = (loss, (summary.get("noise") or {}).get(f"heldout.{bucket}"))
+    planted = [v for k, v in (summary.get("canary_exposure") or {}).items() if k != "0"]
+    if planted:
+        out["canary_exposure"] = (sum(planted) / len(planted), None)
+    return out
+
+
+def paired(project: str | Path, source: str, rung: str | None = None, seeds: int = 2, jobs: int = 2,
+           weight: float | None = None, log=print) -> dict:
+    """Scout-only experiments of the mixture with the source and without it, each at `seeds` seeds, through DVC's
+    queue (named by the hash of their inputs, as `tokenmill search` names its swarm: a rerun runs nothing); per
+    metric the gain of adding the source (without - with: positive is better with it) with compare's σ and the
+    paired σ, its verdict (beyond 2 σ or within the noise) and the rung's track record."""
+    repo = Path(project).resolve()
+    base = S.compose_params(repo, [])
+    rung = rung or next(iter(base.get("scouts") or {}), None)
+    if rung is None or rung not in (base.get("scouts") or {}):
+        raise LookupError(f"value: no scout rung {rung!r} in the configuration's ladder "
+                          f"({', '.join(base.get('scouts') or {}) or 'none'})")
+    if seeds < 1:
+        raise LookupError(f"value: seeds is {seeds}; each side needs 1 or more (2 or more give a paired σ)")
+    sides = pair_overrides(base, source, source_buckets(repo, source), weight)
+    pipeline, keys = S.pipeline_inputs(repo, rung)
+    members = []
+    for side in ("with", "without"):
+        overrides = [*sides[side], f"++scouts.{rung}.seeds={seeds}"]
+        composed = S.compose_params(repo, overrides)
+        members.append((S.experiment_name(pipeline, {k: S._at(composed, k) for k in keys}, "value"), overrides))
+    revs = S.run_experiments(repo, members, rung, jobs, log)
+    runs = {side: [_figures(x) for x in S.rung_runs(repo, revs[name], rung, name)]
+            for side, (name, _) in zip(("with", "without"), members)}
+    record = track.load(repo)
+    metrics = sorted(set.intersection(*(set(r) for side in runs.values() for r in side)))
+    rows = []
+    for m in metrics:
+        if not (m == "heldout_mean" or m.startswith("heldout.") or m == "benchmarks_mean.bpb" or m == "canary_exposure"):
+            continue
+        g = S.gain(runs["without"], runs["with"], m)
+        beyond = g["sigma"] > 0 and abs(g["gain"]) > 2 * g["sigma"]
+        better = "with" if g["gain"] > 0 else "without"
+        rows.append({"metric": m, "with": g["proposal"], "without": g["preset"], "gain": g["gain"],
+                     "sigma": g["sigma"], "paired_sigma": g["paired_sigma"],
+                     "verdict": (f"better {better} the source, beyond 2 σ" if beyond else "within the noise")
+                                if m != "canary_exposure" else "bits of exposure (higher: more memorised)",
+                     "track_record": track.line(record, rung, m) if m in ("heldout_mean", "benchmarks_mean.bpb")
+                                     else None})
+    return {"rung": rung, "seeds": seeds, "weight": weight, "overrides": sides,
+            "experiments": {side: {"name": name, "rev": revs[name]} for side, (name, _) in
+                            zip(("with", "without"), members)}, "metrics": rows}
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Showing it
 
 
@@ -292,6 +401,19 @@ def render(c: dict) -> str:
     if cont:
         lines.append(f"  contamination: {cont.get('documents', 0):,} documents overlap {cont.get('items', 0):,} "
                      f"benchmark item(s); {cont.get('semantic_suspects', 0):,} semantic suspect(s)")
+    pr = c.get("paired")
+    if pr:
+        lines += ["", f"  paired scout runs at {pr['rung']}, {pr['seeds']} seed(s) each "
+                      f"({pr['experiments']['with']['name']} with, {pr['experiments']['without']['name']} without); "
+                      f"gain = without - with (positive: better with it)",
+                  f"  {'metric':<22}{'with':>9}{'without':>9}{'gain':>9}{'σ':>8}{'paired σ':>10}  verdict"]
+        for r in pr["metrics"]:
+            ps = "–" if r["paired_sigma"] is None else f"{r['paired_sigma']:.4f}"
+            lines.append(f"  {r['metric']:<22}{r['with']:>9.4f}{r['without']:>9.4f}{r['gain']:>+9.4f}"
+                         f"{r['sigma']:>8.4f}{ps:>10}  {r['verdict']}")
+        for r in pr["metrics"]:
+            if r["track_record"]:
+                lines.append(f"  {r['metric']}: {r['track_record']}")
     dom = c.get("domains")
     if dom and dom["topics"]:
         lines.append("  topics: " + ", ".join(f"{x['topic']} {x['name']} {x['documents']:,}" for x in dom["topics"][:4]))
