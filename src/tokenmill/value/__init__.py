@@ -317,6 +317,17 @@ def _figures(summary: dict) -> dict:
     return out
 
 
+def verdict(g: dict) -> str:
+    """Beyond 2 σ as compare judges (each side's own noise), or within it; where the two sides' seeds pair up
+    (seed k of each shares its initialisation and data order) and the difference is beyond 2 paired σ, that too."""
+    better = f"better {'with' if g['gain'] > 0 else 'without'} the source"
+    if g["sigma"] > 0 and abs(g["gain"]) > 2 * g["sigma"]:
+        return f"{better}, beyond 2 σ"
+    if g["paired_sigma"] and abs(g["gain"]) > 2 * g["paired_sigma"]:
+        return f"within the noise; {better} beyond 2 paired σ"
+    return "within the noise"
+
+
 def paired(project: str | Path, source: str, rung: str | None = None, seeds: int = 2, jobs: int = 2,
            weight: float | None = None, log=print) -> dict:
     """Scout-only experiments of the mixture with the source and without it, each at `seeds` seeds, through DVC's
@@ -348,12 +359,9 @@ def paired(project: str | Path, source: str, rung: str | None = None, seeds: int
         if not (m == "heldout_mean" or m.startswith("heldout.") or m == "benchmarks_mean.bpb" or m == "canary_exposure"):
             continue
         g = S.gain(runs["without"], runs["with"], m)
-        beyond = g["sigma"] > 0 and abs(g["gain"]) > 2 * g["sigma"]
-        better = "with" if g["gain"] > 0 else "without"
         rows.append({"metric": m, "with": g["proposal"], "without": g["preset"], "gain": g["gain"],
                      "sigma": g["sigma"], "paired_sigma": g["paired_sigma"],
-                     "verdict": (f"better {better} the source, beyond 2 σ" if beyond else "within the noise")
-                                if m != "canary_exposure" else "bits of exposure (higher: more memorised)",
+                     "verdict": verdict(g) if m != "canary_exposure" else "bits of exposure (higher: more memorised)",
                      "track_record": track.line(record, rung, m) if m in ("heldout_mean", "benchmarks_mean.bpb")
                                      else None})
     return {"rung": rung, "seeds": seeds, "weight": weight, "overrides": sides,
