@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -151,9 +152,21 @@ RANK_ENV = {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, drawn below the kernel's ephemeral range (32768-60999 here). A port the kernel hands out
+    for bind(0) is from that range, and so is every outgoing connection's: between this call and torchrun's
+    bind, another test's process could take it, and a node that cannot reach its rendezvous waits past the
+    test's timeout (one fresh-clone run hung 300 s this way in test_train_multinode, under load from the other
+    worker). Random, so two workers rarely draw the same one; each candidate is checked by binding it."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000 after 200 tries")
 
 
 def torchrun(nproc: int, script_args: list[str], env: dict | None = None, timeout: int = 300,
