@@ -37,7 +37,8 @@ import pyarrow.dataset as ds
 from tokenmill import lineage
 from tokenmill import search as S
 from tokenmill.evaluate import track
-from tokenmill.evaluate.signal import combine_replicas, run_figures
+from tokenmill.evaluate.signal import run_figures
+from tokenmill.lineage.audit import tables as _tables
 from tokenmill.tokenizer import Tokenizer
 
 WORD = re.compile(r"[^\W\d_]{3,}")  # words of letters: what "pieces per word" and the fragmented terms count
@@ -193,10 +194,6 @@ def _domains(con, source: str) -> dict | None:
                               AND format IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1""", [source]).fetchall()
     return {"topics": [{"topic": t, "name": names.get(t), "documents": n} for t, n in topics],
             "formats": dict(formats)}
-
-
-def _tables(con) -> set[str]:
-    return {r[0] for r in con.execute("SHOW TABLES").fetchall()}
 
 
 # ---------------------------------------------------------------------------------------------------------
