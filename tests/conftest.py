@@ -38,7 +38,7 @@ TABLES = ("documents", "records", "decisions", "read_errors")
 # heaviest ordered, test_train_core (73 s) started last and the other worker sat idle for 78 s at the end.
 # Modules not listed (each under 10 s) keep their order after these. (xdist's own `--dist loadgroup` marks
 # cannot do this under pytest 9: it renames a test through an attribute pytest no longer reads.)
-SHARED_BUILDS = {"test_croissant": "tiny_run", "test_forecast": "tiny_run", "test_openlineage": "tiny_run",
+SHARED_BUILDS = {"test_anneal": "tiny_run", "test_croissant": "tiny_run", "test_forecast": "tiny_run", "test_openlineage": "tiny_run",
                  "test_remote": "tiny_run", "test_report": "tiny_run", "test_search": "tiny_run"}
 HEAVIEST_FIRST = ("test_pipeline_e2e", "tiny_run", "test_train_distributed", "test_bad_input_dvc",
                   "test_decontam_leaks", "test_train_core", "test_quality", "test_train_multinode",

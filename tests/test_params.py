@@ -46,7 +46,7 @@ def test_every_shipped_preset_is_valid(tmp_path, preset):
 
 
 def test_every_section_of_params_yaml_has_a_schema(shipped):
-    beside_their_code = {"sources", "model", "train", "scouts", "forecast"}
+    beside_their_code = {"sources", "model", "train", "scouts", "forecast", "anneals"}
     assert set(shipped) <= set(P.SECTIONS) | beside_their_code
     assert P.problems({**shipped, "dedupe": {}}) == ["dedupe: unknown section (did you mean 'dedup'?)"]
 

@@ -27,7 +27,7 @@ from tokenmill.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ["funnel", "languages", "quality", "duplicates", "domains", "mixture", "contamination", "training", "canaries", "scaling",
-            "evaluation", "signal_noise"]
+            "evaluation", "signal_noise", "anneal"]
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +323,7 @@ def test_missing_inputs_say_not_run(tiny, tmp_path):
     summary = build_report(bare, bare / "reports", forecast=forecast,
                            evaluation=bare / "data" / "evaluate" / "results.json")
     assert {k for k, v in summary["sections"].items() if v == "not run"} == {"training", "canaries", "scaling",
-                                                                             "evaluation", "signal_noise"}
+                                                                             "evaluation", "signal_noise", "anneal"}
     page = (bare / "reports" / "index.html").read_text()
     assert "Not run: no evaluation results at" in page and "the evaluate stage has not run" in page
     assert "Not run: no forecast at" in page and "Not run: no training run has finished" in page
@@ -389,7 +389,9 @@ def test_audit_guide_queries_run(tiny):
     assert by_comment["-- The record as read at ingest, with its source's licence and crawl snapshot."][0][0] == doc_id
     seen = by_comment["-- The steps of every training run that held tokens of the document (each planned visit "
                       "separately)."]
-    assert {r[0] for r in seen} == {"pretrain", "scout@s1", "scout@s2", "scout@s3"}
+    # the annealing test's arms too: their steps before the branch are the full run's
+    assert {r[0] for r in seen} == {"pretrain", "scout@s1", "scout@s2", "scout@s3", "anneal@reference#with",
+                                    "anneal@reference#without"}
     assert by_comment["-- The other way round: the documents in one step of a run, with the tokens each contributed."]
     shares = by_comment["-- Tokens planned for training per licence (every planned visit: repeats count again)."]
     assert sum(r[2] for r in shares) == pytest.approx(1, abs=1e-3)

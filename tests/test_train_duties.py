@@ -103,6 +103,8 @@ TOKENS_PER_STEP = 32 * 8  # tiny_run: seq_len 32 x global_batch 8
 
 
 class FakeSchedule:
+    kind, warmup_steps, decay_start, total_steps = "cosine", 0, 0, 10  # no stable phase: no decay-start checkpoint
+
     def lr(self, step: int) -> float:
         return 0.001 * (step + 1)
 
@@ -132,6 +134,7 @@ class FakeCheckpointer:
     def __init__(self, held: dict | None = None):
         self.held, self.saved, self.waits, self.loads, self.dropped = held or {}, [], 0, [], []
         self.pin, self.save_seconds, self.load_seconds = None, [0.5, 0.25], 1.5
+        self.kept = set()
 
     def save(self, step, model, optimizer, state):
         self.saved.append((step, json.loads(json.dumps(state, sort_keys=True))))
@@ -353,6 +356,31 @@ def test_the_checkpoint_duty_saves_at_the_interval_the_last_step_and_a_stop(proc
     assert state["step"] == 4 and len(state["records"]) == 4 and state["hashes_shared"] == 4 and "cpu" in state["rng"]
     run, beats, _ = _checkpointed(stop_after=6)
     assert [s for s, _ in run.ckpt.saved] == [4, 6] and run.ckpt.waits == 1 and beats == [4, 6]
+
+
+def test_the_checkpoint_duty_keeps_the_state_where_wsd_decay_begins(process_group, tmp_path):
+    """The anneal stage branches from the last stable step: under WSD a checkpoint is written there and the
+    Checkpointer never prunes it; without keep_decay_start, or under a cosine schedule, none is."""
+    from tokenmill.train.checkpoint import Checkpointer, complete_checkpoints
+    from tokenmill.train.duties import Checkpointing
+    from tokenmill.train.schedule import Schedule
+
+    for keep, kind, saved in ((True, "wsd", [4, 7, 8, 10]), (False, "wsd", [4, 8, 10]), (True, "cosine", [4, 8, 10])):
+        run = _run(_cfg(checkpoint={"interval": 4, "keep_decay_start": keep}), total_steps=10)
+        run.schedule = Schedule(kind, 1e-3, 10, 2, 0.1, 7)
+        duty = Checkpointing()
+        duty.at_start(run)
+        for step in range(10):
+            duty.after_step(run, _stepped(run, step, _record(step)))
+        assert [s for s, _ in run.ckpt.saved] == saved and run.ckpt.kept == ({7} if saved[1] == 7 else set())
+    # The real Checkpointer: keep 2 newest, and the kept step whatever keep says.
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    ckpt = Checkpointer(tmp_path / "checkpoints", keep=2)
+    ckpt.kept.add(7)
+    for step in (4, 7, 8, 10, 12):
+        ckpt.save(step, model, optimizer, {"step": step})
+    assert [s for s, _ in complete_checkpoints(tmp_path / "checkpoints")] == [7, 10, 12]
 
 
 def test_the_checkpoint_duty_compares_replicas_before_writing(process_group, monkeypatch):

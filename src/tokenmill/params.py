@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Mapping
 
+from tokenmill.anneal.params import Anneal
 from tokenmill.backcheck.params import Backcheck
 from tokenmill.benchmarks import Benchmarks
 from tokenmill.decontam.params import Decontaminate
@@ -44,7 +45,7 @@ SECTIONS: dict[str, type[Section]] = {s.section: s for s in (
 
 # Sections checked by more than their model: a model per declared source or rung, the runs the training sections
 # make together.
-OTHERS = ("sources", "model", "train", "scouts", "forecast")
+OTHERS = ("sources", "model", "train", "scouts", "forecast", "anneals")
 
 
 def problems(params: Mapping[str, Any]) -> list[str]:
@@ -74,18 +75,33 @@ def problems(params: Mapping[str, Any]) -> list[str]:
         except TrainConfigError as exc:
             out += str(exc).split("; ")
     if "scouts" in params:
-        scouts = params["scouts"]
-        if not isinstance(scouts, Mapping):
-            out.append(f"scouts: expected a mapping of rung names to rungs, got {scouts!r}")
-        else:
-            for rung, spec in scouts.items():
-                lines = check_section(f"scouts.{rung}", spec, Scout)
-                out += lines
-                if not lines and not run_lines:
-                    try:  # the rung's run exactly as the scout stage trains it
-                        parse_run(scout_run_config(spec, params["train"]))
-                    except TrainConfigError as exc:
-                        out += [f"scouts.{rung}: {line}" for line in str(exc).split("; ")]
+        rungs, lines = _named(params, "scouts", "rung names to rungs")
+        out += lines
+        for rung, spec in rungs:
+            lines = check_section(f"scouts.{rung}", spec, Scout)
+            out += lines
+            if not lines and not run_lines:
+                try:  # the rung's run exactly as the scout stage trains it
+                    parse_run(scout_run_config(spec, params["train"]))
+                except TrainConfigError as exc:
+                    out += [f"scouts.{rung}: {line}" for line in str(exc).split("; ")]
+    if "anneals" in params:
+        tests, lines = _named(params, "anneals", "test names to annealing tests")
+        out += lines
+        sources = params.get("sources") if isinstance(params.get("sources"), Mapping) else {}
+        for name, spec in tests:
+            out += check_section(f"anneals.{name}", spec, Anneal)
+            if isinstance(spec, Mapping) and spec.get("source") not in sources:
+                out.append(f"anneals.{name}.source: expected a declared source ({', '.join(sources)}), "
+                           f"got {spec.get('source')!r}")
     if "forecast" in params:
         out += check_section("forecast", params["forecast"], ForecastConfig)
     return out
+
+
+def _named(params: Mapping[str, Any], key: str, what: str) -> tuple[list, list[str]]:
+    """The (name, spec) entries of a section that maps names to specs (scouts, anneals), or its problem line."""
+    section = params[key]
+    if not isinstance(section, Mapping):
+        return [], [f"{key}: expected a mapping of {what}, got {section!r}"]
+    return list(section.items()), []

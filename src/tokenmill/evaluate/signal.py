@@ -29,13 +29,16 @@ CANDIDATES = ("heldout_mean", "benchmarks_mean.bpb", "benchmarks_mean.prob_norm"
 LOWER_IS_BETTER = {"heldout_mean", "benchmarks_mean.bpb"}
 
 
-def run_figures(summary: Mapping) -> dict[str, tuple[float, float | None]]:
-    """{metric: (final value, σ over the noise window)} of one run's summary (tokenmill.train.loop)."""
+def run_figures(summary: Mapping, per_bucket: bool = False) -> dict[str, tuple[float, float | None]]:
+    """{metric: (final value, σ over the noise window)} of one run's summary (tokenmill.train.loop). per_bucket:
+    also each bucket's held-out loss as heldout.<bucket> (the mixture's questions are per bucket)."""
     noise = summary.get("noise") or {}
     out: dict[str, tuple[float, float | None]] = {}
     heldout = summary.get("heldout_loss") or {}
     if heldout:
         out["heldout_mean"] = (sum(heldout.values()) / len(heldout), noise.get("heldout_mean"))
+    if per_bucket:
+        out.update({f"heldout.{b}": (loss, noise.get(f"heldout.{b}")) for b, loss in sorted(heldout.items())})
     for name, value in (summary.get("benchmarks_mean") or {}).items():
         if not name.endswith("_stderr"):
             out[f"benchmarks_mean.{name}"] = (value, noise.get(f"benchmarks_mean.{name}"))

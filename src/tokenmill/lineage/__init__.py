@@ -325,9 +325,37 @@ def build_database(data_root: str | Path, stages: list[str], sources_cfg: dict, 
 
 
 
-def step_spans(con: duckdb.DuckDBPyConnection, window: int) -> tuple[int, list[tuple]]:
+def _plan_of(con: duckdb.DuckDBPyConnection, run: str | None, step: int | None) -> tuple[str, list]:
+    """The plan a run's step read, as a SQL relation and its parameters: the mixture's (`plan`), or, from a
+    branched run's branch step on, the run's own (train_plans: an anneal's arm)."""
+    tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    if run is not None and step is not None and "train_plans" in tables and con.execute(
+            "SELECT count(*) FROM train_plans WHERE run = ? AND from_step <= ?", [run, step]).fetchone()[0]:
+        return "(SELECT * EXCLUDE (run, from_step) FROM train_plans WHERE run = ?)", [run]
+    return "plan", []
+
+
+def _run_plans(con: duckdb.DuckDBPyConnection) -> str:
+    """A SQL WITH clause: run_plan, every training run's plan rows with the run and the steps [lo, hi) that read
+    them: the mixture's plan for all of a run's steps, or for a branched run's steps before its branch, and
+    train_plans' rows for its steps from there on."""
+    tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    if "train_plans" not in tables:
+        return "WITH run_plan AS (SELECT r.run, 0 AS lo, 9223372036854775807 AS hi, p.* FROM plan p, " \
+               "(SELECT DISTINCT run FROM train_steps) r)"
+    return """WITH branches AS (SELECT DISTINCT run, from_step FROM train_plans),
+        run_plan AS (
+            SELECT r.run, 0 AS lo, coalesce(b.from_step, 9223372036854775807) AS hi, p.*
+            FROM plan p, (SELECT DISTINCT run FROM train_steps) r LEFT JOIN branches b USING (run)
+            UNION ALL BY NAME
+            SELECT * EXCLUDE (from_step), from_step AS lo, 9223372036854775807 AS hi FROM train_plans)"""
+
+
+def step_spans(con: duckdb.DuckDBPyConnection, window: int, run: str | None = None,
+               step: int | None = None) -> tuple[int, list[tuple]]:
     """The documents and token spans of one window of the training stream (contract 9): what a training step
-    reads (train_steps.stream_window: each run reads the windows in its own order, train.data_seed).
+    reads (train_steps.stream_window: each run reads the windows in its own order, train.data_seed). run, step:
+    a branched run (an anneal's arm) read its steps from its branch on in its own plan.
 
     Training reads the plan as one stream (each document followed by end-of-text) cut into windows of
     seq_len x global_batch tokens. Returns (tokens per step, rows of position, phase, bucket, doc_id, epoch,
@@ -335,16 +363,17 @@ def step_spans(con: duckdb.DuckDBPyConnection, window: int) -> tuple[int, list[t
     its first token; end_token = length + 1 includes the end-of-text.
     """
     per_step = _tokens_per_step(con)
-    total = con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0]
+    plan, args = _plan_of(con, run, step)
+    total = con.execute(f"SELECT coalesce(sum(length + 1), 0) FROM {plan}", args).fetchone()[0]
     if not 0 <= window < total // per_step:
         raise LookupError(f"window {window} is outside the plan: it holds {total // per_step} full windows "
                           f"of {per_step} tokens")
     lo, hi = window * per_step, (window + 1) * per_step
-    rows = con.execute("""SELECT position, phase, bucket, doc_id, epoch, shard, "offset",
-                                 greatest(? - stream_start, 0) AS first_token,
-                                 least(?, stream_start + length + 1) - stream_start AS end_token
-                          FROM plan WHERE stream_start < ? AND stream_start + length + 1 > ?
-                          ORDER BY position""", [lo, hi, hi, lo]).fetchall()
+    rows = con.execute(f"""SELECT position, phase, bucket, doc_id, epoch, shard, "offset",
+                                  greatest(? - stream_start, 0) AS first_token,
+                                  least(?, stream_start + length + 1) - stream_start AS end_token
+                           FROM {plan} WHERE stream_start < ? AND stream_start + length + 1 > ?
+                           ORDER BY position""", [lo, hi, *args, hi, lo]).fetchall()
     return per_step, rows
 
 
@@ -365,9 +394,9 @@ def steps_of_document(con: duckdb.DuckDBPyConnection, doc_id: str) -> list[tuple
     if not {"plan", "train_steps"} <= tables:
         return []
     per_step = _tokens_per_step(con)
-    return con.execute(f"""
+    return con.execute(f"""{_run_plans(con)}
         SELECT s.run, s.step, s.loss, s.skipped
-        FROM plan p JOIN train_steps s ON {_READ_BY}
+        FROM run_plan p JOIN train_steps s ON s.run = p.run AND s.step >= p.lo AND s.step < p.hi AND {_READ_BY}
         WHERE p.doc_id = $doc_id ORDER BY s.run, s.step""", {"per_step": per_step, "doc_id": doc_id}).fetchall()
 
 
@@ -379,10 +408,13 @@ def canary_exposure(con: duckdb.DuckDBPyConnection, canary: str | None = None) -
     if not {"canaries", "train_canaries", "plan"} <= tables:
         return []
     per_step = _tokens_per_step(con)
-    rel = con.execute(f"""
-        WITH trained AS (
+    if "train_steps" not in tables:
+        return []
+    rel = con.execute(f"""{_run_plans(con)},
+        trained AS (
             SELECT s.run, p.doc_id, count(DISTINCT p.position) AS visits, list(DISTINCT s.step ORDER BY s.step) AS steps
-            FROM plan p JOIN canaries c USING (doc_id) JOIN train_steps s ON {_READ_BY}
+            FROM run_plan p JOIN canaries c USING (doc_id)
+                 JOIN train_steps s ON s.run = p.run AND s.step >= p.lo AND s.step < p.hi AND {_READ_BY}
             WHERE NOT s.skipped GROUP BY ALL)
         SELECT e.run, c.canary, c.doc_id, c.planned_visits, coalesce(t.visits, 0) AS trained_visits,
                coalesce(t.steps, []) AS steps, e.exposure, e.exposure_fit, e.rank, e.candidates, e.loglikelihood
@@ -402,15 +434,16 @@ def _tokens_per_step(con: duckdb.DuckDBPyConnection) -> int:
     return int(json.loads(row[0])["tokens_per_step"])
 
 
-def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, window: int):
+def step_tokens(con: duckdb.DuckDBPyConnection, data_root: str | Path, window: int, run: str | None = None,
+                step: int | None = None):
     """The input tokens of one window of the training stream (the step that read it: train_steps.stream_window),
-    rebuilt from the plan's spans and the token shards."""
+    rebuilt from the plan's spans (the run's own plan, if it had one) and the token shards."""
     row = con.execute("SELECT stage, manifest FROM stages WHERE json_extract(manifest, '$.dtype') "
                       "IS NOT NULL").fetchone()
     if row is None:
         raise LookupError("no token stage in the lineage")
     token_dir, dtype = Path(data_root) / row[0], json.loads(row[1])["dtype"]
-    _, spans = step_spans(con, window)
+    _, spans = step_spans(con, window, run, step)
     parts = []
     for *_, shard, offset, first, end in spans:
         tokens = np.memmap(token_dir / shard, dtype=dtype, mode="r")
@@ -424,7 +457,7 @@ def stale_runs(data_root: str | Path) -> list[str]:
     retrains them. Each run's stamp names the plan digest it trained on."""
     data_root = Path(data_root)
     stale = []
-    for manifest in sorted((data_root / "train").rglob("manifest.json")):
+    for manifest in sorted([*(data_root / "train").rglob("manifest.json"), *(data_root / "anneal").rglob("manifest.json")]):
         m = json.loads(manifest.read_text())
         stamp = manifest.parent / "run_key.json"
         plan = data_root / m.get("input_stage", "mixture")
@@ -456,6 +489,6 @@ def verify_training(con: duckdb.DuckDBPyConnection, data_root: str | Path, sampl
         for step in sorted({0, (n - 1) // 2, n - 1})[:samples]:
             window, recorded = con.execute("SELECT stream_window, tokens_hash FROM train_steps WHERE run = ? AND step = ?",
                                            [run, step]).fetchone()
-            if tokens_hash(step_tokens(con, data_root, window)) != recorded:
+            if tokens_hash(step_tokens(con, data_root, window, run, step)) != recorded:
                 problems.append(f"training {run}: step {step} fed tokens that are not the plan's (window {window})")
     return problems

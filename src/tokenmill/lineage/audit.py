@@ -80,7 +80,7 @@ def step(con: duckdb.DuckDBPyConnection, n: int, run: str | None = None) -> dict
         if got is None:
             raise LookupError(f"run {run!r} has no step {n} (runs: {', '.join(runs) or 'none trained yet'})")
         window = got[-1]
-    per_step, spans = lineage.step_spans(con, window)  # a LookupError when the window is outside the plan
+    per_step, spans = lineage.step_spans(con, window, run, n if run is not None else None)  # a LookupError when the window is outside the plan
     return {"run": run, "window": window, "per_step": per_step, "spans": spans,
             "trained": None if got is None else dict(zip(("loss", "grad_norm", "lr", "skipped", "skip_reason",
                                                           "tokens_hash"), got[:-1]))}

@@ -14,6 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+# The plan's columns (tokenmill.mixture.PLAN), for an empty train_plans: this module reads files, never the mixture.
+PLAN_COLUMNS = [("position", pa.int64()), ("phase", pa.string()), ("bucket", pa.string()), ("doc_id", pa.string()),
+                ("epoch", pa.int32()), ("shard", pa.string()), ("offset", pa.int64()), ("length", pa.int64()),
+                ("stream_start", pa.int64())]
 RUN_TABLES = {"train_steps": "steps.parquet", "train_spikes": "spikes.parquet", "train_heldout": "heldout.parquet",
               "train_health": "health.parquet", "train_health_alarms": "health_alarms.parquet",
               "train_rollbacks": "rollbacks.parquet", "train_canaries": "canaries.parquet"}
@@ -39,17 +43,32 @@ def run_records(runs_dir: str | Path) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def training_tables(train_root: str | Path) -> dict[str, pa.Table]:
+def training_tables(*train_roots: str | Path) -> dict[str, pa.Table]:
     """train_steps, train_spikes, train_heldout, train_health, train_health_alarms and train_rollbacks over every
-    finished run under train_root (data/train), with a `run` column naming the stage (pretrain, scout@s1, ...)."""
-    out: dict[str, list[pa.Table]] = {name: [] for name in RUN_TABLES}
-    for manifest in sorted(Path(train_root).rglob("manifest.json")):
-        run = json.loads(manifest.read_text())["stage"]
-        for name, file in RUN_TABLES.items():
-            if (manifest.parent / file).exists():
-                t = pq.read_table(manifest.parent / file)
-                out[name].append(t.add_column(0, "run", pa.array([run] * t.num_rows, pa.string())))
-    return {name: pa.concat_tables(parts, promote_options="default") for name, parts in out.items() if parts}
+    finished run under the train_roots (data/train, data/anneal), with a `run` column naming the stage (pretrain,
+    scout@s1, anneal@legal#with ...). A run branched from another on a plan of its own (an anneal's arm: its plan's
+    folder holds branch.json) adds that plan's rows to train_plans, with from_step: its steps from there on read
+    that plan, the earlier ones (the run it branched from) the mixture's."""
+    out: dict[str, list[pa.Table]] = {name: [] for name in (*RUN_TABLES, "train_plans")}
+    for root in train_roots:
+        for manifest in sorted(Path(root).rglob("manifest.json")):
+            m = json.loads(manifest.read_text())
+            run = m["stage"]
+            tables = {name: manifest.parent / file for name, file in RUN_TABLES.items()}
+            own = Path(root).parent / m.get("input_stage", "mixture")  # <data root>/<input_stage>/plan.parquet
+            if m.get("input_stage", "mixture") != "mixture" and (own / "branch.json").exists():
+                tables["train_plans"] = own / "plan.parquet"
+            for name, path in tables.items():
+                if path.exists():
+                    t = pq.read_table(path)
+                    if name == "train_plans":  # the run's steps from its branch step on read this plan
+                        branch = json.loads((own / "branch.json").read_text())["step"]
+                        t = t.add_column(0, "from_step", pa.array([branch] * t.num_rows, pa.int64()))
+                    out[name].append(t.add_column(0, "run", pa.array([run] * t.num_rows, pa.string())))
+    tables = {name: pa.concat_tables(parts, promote_options="default") for name, parts in out.items() if parts}
+    if "train_steps" in tables and "train_plans" not in tables:  # no branched run: the table, empty (queries name it)
+        tables["train_plans"] = pa.schema([("run", pa.string()), ("from_step", pa.int64()), *PLAN_COLUMNS]).empty_table()
+    return tables
 
 
 # Per-item scores the evaluate stage writes (samples/<task>.jsonl); the held-out bits-per-byte is per document.
@@ -97,5 +116,6 @@ def audit_tables(project: str | Path = ".") -> dict[str, pa.Table]:
     """What the audit connection registers beside the database: stage_runs, the training tables and the
     evaluation's per-item scores."""
     project = Path(project)
-    return {"stage_runs": run_records(project / "runs"), **training_tables(project / "data" / "train"),
+    return {"stage_runs": run_records(project / "runs"),
+            **training_tables(project / "data" / "train", project / "data" / "anneal"),
             **evaluation_tables(project / "data" / "evaluate")}

@@ -32,6 +32,17 @@ def tagged_documents(documents_dir: Path) -> frozenset[str]:
                                     WHERE reason = 'toxicity_tagged'""").to_arrow_table().column("doc_id").to_pylist())
 
 
+def plan_inputs(tok: Path, mixture: Mixture) -> tuple[pa.Table, list[dict], frozenset[str]]:
+    """What build_plan reads besides the parameters, from the token stage's output folder: the token index, the
+    planted canaries and the documents tagged toxic (read only when a phase excludes them). The anneal stage
+    re-plans from the same three (tokenmill.anneal)."""
+    index = pa.concat_tables([pq.read_table(p) for p in sorted((tok / "index").glob("*.parquet"))])
+    planted = pq.read_table(tok / canaries.TABLE).to_pylist() if (tok / canaries.TABLE).exists() else []
+    tagged = tagged_documents(tok.parent / read_manifest(tok)["input_stage"]) if mixture.exclude_tagged_from \
+        else frozenset()
+    return index, planted, tagged
+
+
 def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, model_cfg: Mapping,
                  out_dir: str | Path, plots_dir: str | Path = "plots") -> StageResult:
     """Plan training over input_dir's token index (the tokenize stage's output folder) into out_dir: the plan,
@@ -45,17 +56,13 @@ def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, m
     if problems:
         raise ParamError("; ".join(problems))
     out_dir, plots_dir, tok = Path(out_dir), Path(plots_dir), Path(input_dir)
-    index = pa.concat_tables([pq.read_table(p) for p in sorted((tok / "index").glob("*.parquet"))])
-    tok_manifest = read_manifest(tok)
-    vocab_size = int(tok_manifest["vocab_size"])
-    budget = token_budget(budget_cfg, model_cfg, vocab_size)
+    index, planted, tagged = plan_inputs(tok, mixture)
+    budget = token_budget(budget_cfg, model_cfg, int(read_manifest(tok)["vocab_size"]))
     phases = parse_phases(mixture.phases)
     out = StageResult()
     out.input_hashes[tok.name] = input_id(tok)
     # A budget the user set is what they asked for: a corpus too small for it stops the plan. A derived one
     # (tokens_per_param x parameters) shrinks to what the epoch caps allow, with one warning line.
-    planted = pq.read_table(tok / canaries.TABLE).to_pylist() if (tok / canaries.TABLE).exists() else []
-    tagged = tagged_documents(tok.parent / tok_manifest["input_stage"]) if mixture.exclude_tagged_from else frozenset()
     result = build_plan(index, phases, budget, mixture.seed, mixture.max_epochs,
                         mixture.heldout_fraction, cap_budget=not budget_cfg.get("token_budget"),
                         canaries={c["doc_id"]: c["planned_visits"] for c in planted},

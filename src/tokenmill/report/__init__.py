@@ -10,8 +10,8 @@ scaling forecast and the evaluation results — and writes
 
 Sections: data funnel (documents and tokens per stage, drop reasons), languages, quality scores, duplicate
 clusters, mixture planned vs available, contamination, training curves and spikes of every run, the
-scaling fit with the forecast (and the actual loss once the full run finished), and the evaluation with all
-and clean columns. An input that does not exist yet (no evaluation, no forecast) makes its section say
+scaling fit with the forecast (and the actual loss once the full run finished), the evaluation with all
+and clean columns, and the annealing tests (a source added at the decay, with against without). An input that does not exist yet (no evaluation, no forecast) makes its section say
 "not run" and why; it never stops the report. The folder is written under a temporary name and renamed.
 """
 
@@ -21,6 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
+from tokenmill.anneal import read_results
 from tokenmill.evaluate import track
 from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
 from tokenmill.forecast import ForecastError, compare
@@ -71,6 +72,7 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     ladder = read_ladder(project / "data" / "train")
     rows = ladder_table(ladder, CANDIDATES)
     built.append(S.signal_noise(ladder, rows, decision_metric(rows, track.load(project))))  # as the evaluate stage
+    built.append(S.anneals(read_results(project / "data" / "anneal")))
 
     return publish(out_dir, title, built, "report.json", forecast_comparison=comparison)
 

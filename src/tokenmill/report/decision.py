@@ -152,6 +152,13 @@ def value_section(cards: Sequence[Mapping]) -> S.Section:
                                     r["verdict"]) for r in pr["metrics"]], numeric_from=1))
             lines = [r["track_record"] for r in pr["metrics"] if r["track_record"]]
             s.html.extend(f"<p>{S.esc(x)}</p>" for x in lines)
+        for name, a in (c.get("anneals") or {}).items():  # the anneal stage's test of the source
+            s.html.append(f"<h3>{S.esc(c['source']['source'])}: anneal test {S.esc(name)}, {a['share']:g} of the "
+                          f"{S.esc(a['phase'])} phase, {a['steps_per_arm']} steps per arm "
+                          f"({a['cost']['fraction_of_full_run']:.1%} of the full run; difference = with - without)</h3>")
+            s.html.append(S.table(["figure", "with", "without", "difference", "σ", "paired σ", "better (beyond 2σ)"],
+                                  [(r["metric"], r["with"], r["without"], r["difference"], r["sigma"],
+                                    r.get("paired_sigma"), r["verdict"]) for r in a["verdicts"]], numeric_from=1))
     return s
 
 

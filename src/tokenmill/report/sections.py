@@ -10,6 +10,7 @@ import csv
 import html
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -553,7 +554,8 @@ def training(con, plots: Plots, project: Path) -> Section:
         for ax in axes:
             ax.set_xlabel("step")
         fig.suptitle(run)
-        name = "train_" + run.replace("@", "_").replace("/", "_")
+        # A file name a browser reads as a path: '#' (a seed replica's, an anneal arm's) would start a URL fragment.
+        name = "train_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run)
         s.images.append(plots.save(fig, name))
         final_held = {b: l for st, b, l in held if st == max(h[0] for h in held)} if held else {}
         summary_rows.append((run, len(steps), sum(r[4] for r in steps), steps[-1][1] if steps else None,
@@ -720,6 +722,32 @@ def signal_noise(ladder: Mapping[str, Mapping], rows: list[dict], decision: str 
               "mean square of the runs' σ (± after each value: the spread over the run's last evaluations, "
               "pooled with the spread over seeds where a rung has several); order: Kendall's τ between the runs' "
               "order by training compute and by the metric (1: every larger run scores better).")
+    return s
+
+
+def anneals(results: Mapping[str, Mapping]) -> Section:
+    """Each annealing test (tokenmill.anneal): the source, the arms' weights, where it branched and its cost, and
+    per figure both arms ± σ, the difference, its σ and the verdict."""
+    s = Section("anneal", "Annealing tests: a source added at the end of training")
+    if not results:
+        return _not_run(s, "no annealing test has run (anneals in params.yaml, the anneal stage)")
+    for name, r in results.items():
+        weights = {arm: ", ".join(f"{b} {w:.2f}" for b, w in r["weights"][arm].items()) for arm in ("with", "without")}
+        s.html.append(f"<h3>{esc(name)}: {esc(r['source'])} ({esc(', '.join(r['buckets']))}) at {r['share']:g} of the "
+                      f"{esc(r['phase'])} phase</h3>")
+        s.html.append(f"<p>Branched from the full run at step {r['branch_step']:,} (where its decay begins); each arm "
+                      f"trains {r['steps_per_arm']:,} steps × {r['seeds']} seed(s): {r['cost']['arm_steps']:,} steps, "
+                      f"{r['cost']['fraction_of_full_run']:.1%} of the full run's {r['cost']['full_steps']:,}. "
+                      f"Weights with: {esc(weights['with'])}; without: {esc(weights['without'])}.</p>")
+        rows = [(v["metric"], _pm(v["with"], v["with_sigma"]), _pm(v["without"], v["without_sigma"]), v["difference"],
+                 v["sigma"], v.get("paired_sigma"), v["verdict"]) for v in r["verdicts"]]
+        s.html.append(table(["figure", "with", "without", "with − without", "σ", "paired σ", "better (beyond 2σ)"], rows))
+    s.note = ("Both arms start from the same checkpoint with the full run's recipe and anneal over the first steps of "
+              "the decay phase; only the decay phase's weights differ. ± is each arm's noise-window σ (pooled with the "
+              "seed spread with several seeds); σ of the difference combines the two, as compare does; paired σ is "
+              "the spread of the difference itself over the noise window (both arms evaluate at the same steps, so "
+              "the decay they share cancels): a verdict marked (paired) is beyond 2 paired σ only. Held-out figures are losses "
+              "(lower is better); benchmarks_mean.bpb too, the others higher-is-better.")
     return s
 
 

@@ -90,6 +90,8 @@ class Checkpointer:
         # While a loss excursion is open (tokenmill.train.rollback), its first step: the newest checkpoint at or
         # before it is kept whatever `keep` says, since a rollback returns there.
         self.pin: int | None = None
+        # Steps whose checkpoint is never pruned (train.checkpoint.keep_decay_start: where the decay begins).
+        self.kept: set[int] = set()
         if asynchronous:
             # The background write's collectives (DCP exchanges its plan between ranks) go over a gloo group of
             # their own, so they never interleave with the training's on the default group.
@@ -154,8 +156,8 @@ class Checkpointer:
             os.replace(tmp, final)
             found = complete_checkpoints(self.root)
             pinned = [p for s, p in found if self.pin is not None and s <= self.pin][-1:]
-            for _, old in found[:-self.keep]:
-                if old not in pinned:
+            for s, old in found[:-self.keep]:
+                if old not in pinned and s not in self.kept:
                     shutil.rmtree(old)
         _barrier()
 

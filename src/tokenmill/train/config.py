@@ -145,6 +145,10 @@ class CheckpointConfig(_Strict):
     # Written in the background while the next steps run (a synchronous save of the 0.86B preset blocked
     # training 23-26 s on one H100); auto: on GPU. The copy to host memory costs the state's size there.
     asynchronous: bool | Literal["auto"] = "auto"
+    # The checkpoint at the step where WSD's decay begins (the last of the stable phase) is also written and kept
+    # after the run: an anneal branches from it (tokenmill.anneal, the anneal@<name> stages). One checkpoint more:
+    # 22 MB on the demo; a cosine schedule has no stable phase and keeps none.
+    keep_decay_start: bool = True
 
 
 class LoggingConfig(_Strict):

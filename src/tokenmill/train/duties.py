@@ -13,7 +13,8 @@ had when they were one function: RNG, checkpoint contents, printed lines and DVC
     HealthAlarms    per-layer health at the logging steps: the probe, sigma1/sigma2, the alarms
     LiveLogging     DVCLive (rank 0): the logging steps' metrics, the rollbacks, the whole run's figures last
     Evaluation      held-out loss at each evaluation; benchmarks at the noise window
-    Checkpointing   the replica check, checkpoints at the interval, the last step and a stop, the wait for them
+    Checkpointing   the replica check, checkpoints at the interval, the last step, a stop and the decay start
+                    (kept: anneals branch there), the wait for them
 
 What they share is a Run (the configuration, trainer, run state, checkpointer, DVCLive and the timings) and, for
 the step under way, a Step (its number, learning rate, cadence flags, record and measurements).
@@ -442,15 +443,28 @@ class Evaluation(Duty):
         return out
 
 
+def decay_start(run: Run) -> int | None:
+    """The steps done when WSD's decay begins, if the run keeps that checkpoint (train.checkpoint.keep_decay_start):
+    the state an anneal resumes from. None for a cosine schedule or a decay that starts at warmup's end."""
+    s = run.schedule
+    if not run.cfg.train.checkpoint.keep_decay_start or s.kind != "wsd" or not s.warmup_steps < s.decay_start < s.total_steps:
+        return None
+    return s.decay_start
+
+
 class Checkpointing(Duty):
-    """A checkpoint after every train.checkpoint.interval steps, after the last step and when the run stops at
-    stop_after; the run's last one is complete (renamed) before the run reports or leaves. Replicas are compared
+    """A checkpoint after every train.checkpoint.interval steps, after the last step, when the run stops at
+    stop_after and where WSD's decay begins (kept after the run: decay_start); the run's last one is complete (renamed) before the run reports or leaves. Replicas are compared
     before every checkpoint (and every health.replica_check_interval steps), so the newest checkpoint is always
     one whose replicas agreed: a mismatch ends the attempt and the restart resumes from it."""
 
+    def at_start(self, run: Run) -> None:
+        if (start := decay_start(run)) is not None:
+            run.ckpt.kept.add(start)
+
     def after_step(self, run: Run, now: Step) -> None:
         t, trainer, done = run.cfg.train, run.trainer, now.step + 1
-        save = done % t.checkpoint.interval == 0 or now.last or now.stop
+        save = done % t.checkpoint.interval == 0 or now.last or now.stop or done == decay_start(run)
         if save or done % t.health.replica_check_interval == 0:
             if (mismatch := replica_mismatch(optimizer_params(trainer.optimizer), trainer.layout, now.step)) is not None:
                 raise TrainError(mismatch)

@@ -10,7 +10,8 @@ at their hooks.
 
 Output directory (out_dir), every file a function of config + data only (timings go to DVCLive and to the
 returned summary's "timing"):
-    checkpoints/step_<N>/   DCP checkpoints, the newest `train.checkpoint.keep` (see checkpoint.py)
+    checkpoints/step_<N>/   DCP checkpoints, the newest `train.checkpoint.keep` (see checkpoint.py), and the one
+                            where WSD's decay begins (train.checkpoint.keep_decay_start: anneals branch there)
     steps.parquet           one row per step: STEPS
     spikes.parquet          one row per skipped step with the doc_ids of its batch: SPIKES
     rollbacks.parquet       one row per rollback of an unrecovered loss excursion: ROLLBACKS (rollback.py)
@@ -64,7 +65,7 @@ from tokenmill.train.health import HEALTH, HEALTH_ALARMS, Health
 from tokenmill.train.metrics import peak_flops
 from tokenmill.train.rollback import ROLLBACKS, replays, skipped
 from tokenmill.train.runstate import TrainError, complete_state, new_state, set_rng_state
-from tokenmill.train.schedule import make_schedule
+from tokenmill.train.schedule import Schedule, make_schedule
 from tokenmill.train.trainer import Trainer, _world_mean, param_groups  # noqa: F401  (tests and benchmarks reach them here)
 
 STEPS = pa.schema([
@@ -248,6 +249,13 @@ def plan_steps(cfg: RunConfig, stream: PlanStream, params: int) -> int:
     return steps
 
 
+def run_schedule(cfg: RunConfig, stream: PlanStream, total_steps: int) -> Schedule:
+    """The run's learning-rate schedule: WSD decays over the plan's decay phase (train.schedule.decay_phase)."""
+    t = cfg.train
+    decay_at = stream.phase_start(t.schedule.decay_phase) if t.schedule.decay_phase else None
+    return make_schedule(t.schedule, t.optimizer.lr, total_steps, None if decay_at is None else decay_at // t.tokens_per_step)
+
+
 def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig, summary: dict) -> None:
     """Rank 0 writes the tables and summary; every rank takes part in gathering the final weights."""
     full = get_model_state_dict(trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -312,9 +320,7 @@ def _set_up(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: P
     trainer = Trainer(cfg, stream, device)
     if t.data_seed is not None:  # the run's own windows in a seeded order, phase by phase
         trainer.loader.order = trainer.loader.seeded_order(total_steps, t.data_seed)
-    decay_at = stream.phase_start(t.schedule.decay_phase) if t.schedule.decay_phase else None
-    schedule = make_schedule(t.schedule, t.optimizer.lr, total_steps,
-                             None if decay_at is None else decay_at // t.tokens_per_step)
+    schedule = run_schedule(cfg, stream, total_steps)
     rank, devices = dist.get_rank(), dist.get_world_size()
     fault = FaultInjection.from_env(rank, devices)
     asynchronous = t.checkpoint.asynchronous if t.checkpoint.asynchronous != "auto" else device.type == "cuda"
@@ -427,6 +433,7 @@ def _benchmark_summary(state: dict, final_step: int | None, window: set[int]) ->
     for h in state["heldout"]:
         losses = [x["loss"] for x in state["heldout"] if x["step"] == h["step"]]
         series.setdefault("heldout_mean", {})[h["step"]] = float(np.mean(losses))
+        series.setdefault(f"heldout.{h['bucket']}", {})[h["step"]] = h["loss"]  # a bucket's own σ (anneal, value)
     for step, scores in by_step.items():
         for name, value in benchmark_means(scores).items():
             if not name.endswith("_stderr"):

@@ -210,7 +210,8 @@ def run_metrics(summary: Mapping, replicas: list[Mapping] = (), sweep: list[tupl
 def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_stage: str, token_stage: str,
                     out_dir: str | Path, live_dir: str | Path | None, metrics_path: str | Path | None,
                     runs_dir: str | Path = "runs", metrics_group: str | None = None,
-                    evalset_stage: str | None = None, replicas: list[Mapping] = (), sweep: list[Mapping] = ()) -> dict:
+                    evalset_stage: str | None = None, replicas: list[Mapping] = (), sweep: list[Mapping] = (),
+                    start_from: Path | None = None) -> dict:
     """Train (or resume) one run; returns its summary. Errors in the configuration stop it before launch.
     evalset_stage: the stage whose requests.parquet the run scores at every evaluation (in-loop benchmarks).
     replicas: seed replicas of a scout rung (seed_replicas), trained after it into out_dir/replicas/seed<k>,
@@ -220,7 +221,10 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     best_lr. live_dir and metrics_path None: no DVCLive, no metrics file (a replica).
 
     metrics_group nests the metrics (scouts: "scout"), so `dvc exp show` keeps the full run's top-level
-    names (heldout_mean) to itself."""
+    names (heldout_mean) to itself.
+
+    start_from: a complete checkpoint of another run (checkpoints/step_<N>) this run starts from, copied into its
+    own checkpoints when it has none: a branch of that run (an anneal, tokenmill.anneal) resumes at step N."""
     started = time.perf_counter()
     train = parse_run(run_cfg).train  # one line naming the key, before any process starts ...
     mesh_shape(train, train.launch.nnodes * train.launch.nproc_per_node)  # ... or the layout that misfits the launch
@@ -234,6 +238,8 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     evalset = data_root / evalset_stage / "requests.parquet" if evalset_stage else None
     if evalset_stage:
         inputs[evalset_stage] = input_id(data_root / evalset_stage)
+    if start_from is not None:  # the run it branches from (<run>/checkpoints/step_<N>): a retrained one is new
+        inputs["start_from"] = f"{input_id(Path(start_from).parent.parent)}:{Path(start_from).name}"
     key = run_key(run_cfg, inputs)
 
     stamp = out_dir / RUN_KEY
@@ -242,6 +248,10 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
         if live_dir is not None:
             shutil.rmtree(live_dir, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if start_from is not None and not any((out_dir / "checkpoints").glob("step_*/.metadata")):
+        if not (Path(start_from) / ".metadata").is_file():
+            raise LaunchError(f"{stage}: no complete checkpoint at {start_from} to start from")
+        shutil.copytree(start_from, out_dir / "checkpoints" / Path(start_from).name, dirs_exist_ok=True)
     write_json(stamp, {"run_key": key, "config": run_cfg, "inputs": inputs})
     config_file = out_dir / "run_config.json"
     write_json(config_file, run_cfg)

@@ -37,6 +37,7 @@ import pyarrow.dataset as ds
 from tokenmill import lineage
 from tokenmill import search as S
 from tokenmill.evaluate import track
+from tokenmill.anneal import read_results
 from tokenmill.evaluate.signal import run_figures
 from tokenmill.lineage.audit import tables as _tables
 from tokenmill.tokenizer import Tokenizer
@@ -73,6 +74,8 @@ def card(project: str | Path, source: str, sample: int = 2000) -> dict:
         folder = data / st["stage"] / "documents"
         st["bytes_kept"] = _bytes(folder, source) if folder.is_dir() else None
         st["tokens_kept_estimate"] = round(st["bytes_kept"] / rate) if st["bytes_kept"] is not None and rate else None
+    # The annealing tests of this source the anneal stage ran (tokenmill.anneal): the verdict at the end of training.
+    out["anneals"] = {name: r for name, r in read_results(data / "anneal").items() if r["source"] == source}
     return out
 
 
@@ -305,9 +308,7 @@ def pair_overrides(params: dict, source: str, buckets: list[str], weight: float 
 
 
 def _figures(summary: dict) -> dict:
-    out = run_figures(summary)
-    for bucket, loss in (summary.get("heldout_loss") or {}).items():
-        out[f"heldout.{bucket}"] = (loss, (summary.get("noise") or {}).get(f"heldout.{bucket}"))
+    out = run_figures(summary, per_bucket=True)
     planted = [v for k, v in (summary.get("canary_exposure") or {}).items() if k != "0"]
     if planted:
         out["canary_exposure"] = (sum(planted) / len(planted), None)
@@ -419,6 +420,15 @@ def render(c: dict) -> str:
         for r in pr["metrics"]:
             if r["track_record"]:
                 lines.append(f"  {r['metric']}: {r['track_record']}")
+    for name, a in (c.get("anneals") or {}).items():
+        lines += ["", f"  anneal test {name}: {a['share']:g} of the {a['phase']} phase from step {a['branch_step']:,}, "
+                      f"{a['steps_per_arm']} steps per arm ({a['cost']['fraction_of_full_run']:.1%} of the full run); "
+                      f"difference = with - without",
+                  f"  {'figure':<22}{'with':>9}{'without':>9}{'diff':>9}{'σ':>8}{'paired σ':>10}  better"]
+        for r in a["verdicts"]:
+            ps = "–" if r.get("paired_sigma") is None else f"{r['paired_sigma']:.4f}"
+            lines.append(f"  {r['metric']:<22}{r['with']:>9.4f}{r['without']:>9.4f}{r['difference']:>+9.4f}"
+                         f"{r['sigma']:>8.4f}{ps:>10}  {r['verdict']}")
     dom = c.get("domains")
     if dom and dom["topics"]:
         lines.append("  topics: " + ", ".join(f"{x['topic']} {x['name']} {x['documents']:,}" for x in dom["topics"][:4]))
