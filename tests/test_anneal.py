@@ -116,6 +116,9 @@ def test_the_arms_resume_from_the_full_runs_checkpoint_and_decay_from_there(tiny
     assert {"heldout_mean", "benchmarks_mean.bpb", "benchmarks_mean.prob_norm"} <= set(rows)
     assert {f"heldout.{b}" for b in json.loads((tiny / "data" / "train" / "pretrain" / "summary.json").read_text())
             ["heldout_loss"]} <= set(rows)
+    for metric, r in rows.items():  # losses and bits per byte (all and clean items) lower, the scores higher
+        assert r["lower_is_better"] == (metric.startswith("heldout") or "bpb" in metric), metric
+    assert {"benchmarks_mean.bpb_clean", "benchmarks_mean.acc_norm"} <= set(rows)
     for r in rows.values():  # each arm's noise-window σ exists (the arm is longer than the noise window)
         assert r["with_sigma"] is not None and r["without_sigma"] is not None
         assert r["sigma"] == pytest.approx(math.hypot(r["with_sigma"], r["without_sigma"]))

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tokenmill.evaluate.evalset import benchmark_means
-from tokenmill.evaluate.signal import LOWER_IS_BETTER, combine_replicas, run_figures
+from tokenmill.evaluate.signal import combine_replicas, run_figures
 from tokenmill.mixture import PLAN, Phase
 
 ARMS = ("with", "without")
@@ -192,7 +192,8 @@ def verdicts(arms: Mapping[str, Sequence[Mapping]], windows: Mapping[str, Sequen
         (w, ws), (wo, wos) = combined["with"][metric], combined["without"][metric]
         sigma = math.sqrt((ws or 0.0) ** 2 + (wos or 0.0) ** 2)
         paired = paired_sigma(*([run.get(metric, {}) for run in windows[arm]] for arm in ARMS)) if windows else None
-        lower = metric in LOWER_IS_BETTER or metric.startswith("heldout.") or metric.endswith(".bpb")
+        # losses and bits per byte (on all items or clean ones: bpb, bpb_clean) are better lower
+        lower = metric.startswith("heldout") or metric.rsplit(".", 1)[-1].startswith("bpb")
         diff = w - wo
         better = "with" if (diff < 0) == lower else "without"
         verdict = "neither"
