@@ -11,7 +11,8 @@ from tokenmill.runtime import StageRun, load_params, script, write_json
 # output and so is no dependency). Any parameter edit reruns this check, in seconds, with its output unchanged.
 KEYS = ("benchmarks", "sample", "sources", "ingest", "filter", "pii", "dedup", "quality", "decontaminate", "embed", "backcheck",
         "domains",
-        "tokenizer", "tokenize", "mixture", "train", "model", "scouts", "forecast", "export", "evaluate", "lineage")
+        "tokenizer", "tokenize", "mixture", "train", "model", "scouts", "forecast", "anneals", "export", "evaluate",
+        "lineage")
 
 
 def main() -> int:

@@ -126,7 +126,9 @@ def tiny_run(**train_overrides) -> dict:
         "optimizer": {"lr": 3.0e-3, "weight_decay": 0.1},
         "schedule": {"kind": "wsd", "warmup_steps": 2},
         "spike": {"window": 8, "min_history": 5, "k_sigma": 6.0},
-        "checkpoint": {"interval": 4, "keep": 2},
+        # keep_decay_start off: these runs' tests count and resume from the interval's checkpoints (the decay-start
+        # one is tests/test_train_duties.py's and tests/test_anneal.py's)
+        "checkpoint": {"interval": 4, "keep": 2, "keep_decay_start": False},
         "logging": {"log_interval": 2, "eval_interval": 4, "eval_sequences": 8},
     }
     for key, value in train_overrides.items():

@@ -13,6 +13,7 @@ and metrics/anneal.json: per anneal, its cost and the verdicts on the held-out l
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -25,7 +26,7 @@ from tokenmill.anneal.params import Anneal
 from tokenmill.mixture import PLAN, build_plan, parse_phases
 from tokenmill.mixture.params import Mixture
 from tokenmill.mixture.stage import plan_inputs
-from tokenmill.runtime import read_manifest, write_json
+from tokenmill.runtime import input_id, read_manifest, run_record, tree_digest, write_json
 from tokenmill.train.config import model_size, parse_run
 from tokenmill.train.data import PlanStream
 from tokenmill.train.loop import plan_steps, run_schedule
@@ -52,6 +53,7 @@ def run_anneals(anneals: Mapping[str, Mapping], p: Mapping, data_root: str | Pat
                 evalset_stage: str | None = "evalset") -> dict:
     """Run every annealing test; returns {name: result}. p holds the sections the stage declares: mixture, model,
     train. Folders of anneals no longer configured are removed."""
+    started = time.perf_counter()
     data_root, out_root = Path(data_root), Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     for old in sorted(out_root.iterdir()):
@@ -68,6 +70,11 @@ def run_anneals(anneals: Mapping[str, Mapping], p: Mapping, data_root: str | Pat
                              for m in ("heldout_mean", "benchmarks_mean.bpb") if m in rows
                              for k in ("difference", "sigma", "paired_sigma", "verdict")}}
     write_json(Path(metrics_path), headline)
+    # The stage's own run record beside its arms' (runs/anneal@<name>#<arm>.json): the audit's stage_runs.
+    inputs = {name: input_id(data_root / full_run) for name in ("pretrain",)} | {"mixture": input_id(data_root / "mixture")}
+    write_json(Path(runs_dir) / "anneal.json", run_record(
+        "anneal", {"anneals": dict(anneals)}, inputs, ("torch", "numpy"), started, input_stage="pretrain",
+        digest=tree_digest(out_root), counts={"tests": len(results)}, timing={}))
     return results
 
 
@@ -104,7 +111,7 @@ def run_anneal(name: str, spec: Anneal, p: Mapping, data_root: Path, full_run: s
         shutil.copyfile(plan_dir / "heldout.parquet", arm_plan / "heldout.parquet")
         # The lineage reads the arm's steps from this step on in this plan, its earlier ones (the full run's) in
         # the mixture's.
-        write_json(arm_plan / BRANCH, {"step": at["step"]})
+        write_json(arm_plan / BRANCH, {"step": at["step"], "mixture": input_id(plan_dir)})
         available = (int(plan.column("stream_start")[-1].as_py()) + int(plan.column("length")[-1].as_py())) \
             // at["tokens_per_step"]
         if at["step"] + steps > available:

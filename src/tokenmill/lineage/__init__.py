@@ -463,7 +463,9 @@ def stale_runs(data_root: str | Path) -> list[str]:
         plan = data_root / m.get("input_stage", "mixture")
         if stamp.exists() and plan.exists():
             trained_on = json.loads(stamp.read_text()).get("inputs", {}).get(m.get("input_stage", "mixture"))
-            if trained_on != input_id(plan):
+            branch = plan / "branch.json"  # an anneal's arm: also stale when the plan it branched from changed
+            branched_from = json.loads(branch.read_text()).get("mixture") if branch.exists() else None
+            if trained_on != input_id(plan) or (branch.exists() and branched_from != input_id(data_root / "mixture")):
                 stale.append(m["stage"])
     return stale
 
