@@ -98,7 +98,10 @@ def build(project: Path, work: Path, books: int, log: Path) -> dict:
                                                      for name, share in SHARES.items()}}
     conf.write_text("# @package _global_\n" + yaml.safe_dump(spec, sort_keys=False))
     _run([sys.executable, "-m", "tokenmill.config"], repo, log)
+    # The books are committed (data/raw is git-ignored): DVC's queue runs each paired experiment in a copy of the
+    # commit, which would not hold an untracked file.
     _run(["git", "add", "-A"], repo, log)
+    _run(["git", "add", "-f", "data/raw/books"], repo, log)
     _run(["git", "commit", "-qm", "candidates", "--allow-empty"], repo, log)
     seconds = _run(["dvc", "repro"], repo, log)
     return {"repro_seconds": round(seconds, 1),
@@ -143,6 +146,15 @@ def report(results: dict) -> str:
             a, w = base["heldout_loss"][b], with_books["heldout_loss"].get(b)
             lines.append(f"| {b} | {a:.4f} ± {base['noise'].get(f'heldout.{b}') or 0:.4f} | "
                          f"{w:.4f} ± {with_books['noise'].get(f'heldout.{b}') or 0:.4f} | {w - a:+.4f} |")
+    for name, r in (results.get("paired") or {}).items():
+        p = r["card"]["paired"]
+        lines += ["", f"paired scouts {name}: {p['rung']}, {p['seeds']} seeds a side, weight {p['weight']} "
+                      f"({r['seconds']:.0f} s); difference = with - without",
+                  "| figure | with | without | difference | σ | paired σ | verdict |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        lines += [f"| {m['metric']} | {m['with']:.4f} | {m['without']:.4f} | {-m['gain']:+.4f} | {m['sigma']:.4f} | "
+                  f"{'–' if m['paired_sigma'] is None else format(m['paired_sigma'], '.4f')} | {m['verdict']} |"
+                  for m in p["metrics"]]
     for name, r in (results.get("build", {}).get("anneals") or {}).items():
         lines += ["", f"anneal {name}: {r['source']} at {r['share']} from step {r['branch_step']}, "
                       f"{r['cost']['fraction_of_full_run']:.1%} of the full run",
