@@ -27,7 +27,7 @@ from tokenmill.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ["funnel", "languages", "quality", "duplicates", "domains", "mixture", "contamination", "training", "canaries", "scaling",
-            "evaluation", "signal_noise", "anneal"]
+            "evaluation", "signal_noise", "anneal", "context"]
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +323,8 @@ def test_missing_inputs_say_not_run(tiny, tmp_path):
     summary = build_report(bare, bare / "reports", forecast=forecast,
                            evaluation=bare / "data" / "evaluate" / "results.json")
     assert {k for k, v in summary["sections"].items() if v == "not run"} == {"training", "canaries", "scaling",
-                                                                             "evaluation", "signal_noise", "anneal"}
+                                                                             "evaluation", "signal_noise", "anneal",
+                                                                             "context"}
     page = (bare / "reports" / "index.html").read_text()
     assert "Not run: no evaluation results at" in page and "the evaluate stage has not run" in page
     assert "Not run: no forecast at" in page and "Not run: no training run has finished" in page

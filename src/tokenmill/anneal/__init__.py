@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -82,8 +83,9 @@ def arm_phases(phases: Sequence[Phase], phase: str, buckets: Sequence[str], shar
                               f"to anneal on (mixture.phases.{phase}.weights)")
         without = {b: w / total for b, w in sorted(rest.items())}
         with_ = {**{b: (1 - share) * w for b, w in without.items()}, **{b: share / len(buckets) for b in buckets}}
-        out["without"].append(Phase(p.name, fraction, without))
-        out["with"].append(Phase(p.name, fraction, dict(sorted(with_.items()))))
+        out["without"].append(replace(p, fraction=fraction, weights=without,
+                                      min_doc_tokens={b: v for b, v in p.min_doc_tokens.items() if b in without}))
+        out["with"].append(replace(p, fraction=fraction, weights=dict(sorted(with_.items()))))
     return out
 
 

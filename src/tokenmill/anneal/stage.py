@@ -109,6 +109,9 @@ def run_anneal(name: str, spec: Anneal, p: Mapping, data_root: Path, full_run: s
         arm_plan.mkdir(parents=True, exist_ok=True)
         schema.write_parquet(plan, PLAN, arm_plan / "plan.parquet")
         shutil.copyfile(plan_dir / "heldout.parquet", arm_plan / "heldout.parquet")
+        # Each phase's sequence length where a phase sets one, as training reads it (tokenmill.train.data.PlanStream).
+        if lengths := read_manifest(plan_dir).get("phase_seq_len"):
+            write_json(arm_plan / "manifest.json", {"phase_seq_len": lengths})
         # The lineage reads the arm's steps from this step on in this plan, its earlier ones (the full run's) in
         # the mixture's.
         write_json(arm_plan / BRANCH, {"step": at["step"], "mixture": input_id(plan_dir)})

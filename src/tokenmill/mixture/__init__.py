@@ -18,7 +18,7 @@ How a plan is built, per phase:
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -51,6 +51,8 @@ class Phase:
     name: str
     fraction: float  # of the token budget
     weights: dict[str, float]
+    seq_len: int | None = None  # None: the run's train.seq_len
+    min_doc_tokens: Mapping[str, int] = field(default_factory=dict)  # bucket -> shortest document placed
 
 
 def _unit(seed: int, *parts: str) -> float:
@@ -68,7 +70,21 @@ def parse_phases(phases: Mapping[str, PhaseParams]) -> list[Phase]:
     """The resolved section's phases, {name: {fraction, weights}} in training order (a mapping, so `dvc exp
     show` names every weight), as the plan reads them. The schema (tokenmill.mixture.params.Mixture) has
     checked them: fractions summing to 1, weights >= 0 with a positive sum."""
-    return [Phase(str(name), p.fraction, dict(p.weights)) for name, p in phases.items()]
+    return [Phase(str(name), p.fraction, dict(p.weights), p.seq_len, dict(p.min_doc_tokens))
+            for name, p in phases.items()]
+
+
+def phase_seq_len(phases: list[Phase], seq_len: int, tokens_per_step: int) -> dict[str, int]:
+    """{phase: its sequence length} as training reads it (the plan's manifest records it). A step keeps its
+    tokens in every phase, so a phase's length must divide them; a MixtureError names the phase otherwise."""
+    out = {}
+    for ph in phases:
+        length = ph.seq_len or seq_len
+        if tokens_per_step % length:
+            raise MixtureError(f"mixture.phases.{ph.name}.seq_len: {length} does not divide a step's "
+                               f"{tokens_per_step:,} tokens (train.seq_len x train.global_batch)")
+        out[ph.name] = length
+    return out
 
 
 def split_heldout(index: pa.Table, fraction: float, seed: int) -> pa.Array:
@@ -116,8 +132,8 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
     # A preset names buckets a corpus may lack (a crawl has no code): their weight is spread over the
     # buckets that exist, in proportion (the caller warns, naming them). A phase left with none is an error.
     missing = sorted({b for ph in phases for b, w in ph.weights.items() if w > 0 and b not in by_bucket})
-    phases = [Phase(ph.name, ph.fraction, {b: w for b, w in ph.weights.items() if b in by_bucket})
-              for ph in phases]
+    phases = [Phase(ph.name, ph.fraction, {b: w for b, w in ph.weights.items() if b in by_bucket}, ph.seq_len,
+                    ph.min_doc_tokens) for ph in phases]
     for ph in phases:
         if sum(ph.weights.values()) <= 0:
             raise MixtureError(f"mixture: phase {ph.name!r} weights only buckets with no documents "
@@ -168,19 +184,25 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
             ids, shards = t.column("doc_id").to_pylist(), t.column("shard").to_pylist()
             offsets, lengths = t.column("offset").to_numpy(), t.column("length").to_numpy()
             skip, passed = excluded.get(ph.name, frozenset()), 0
+            shortest = ph.min_doc_tokens.get(b, 0)
             got = 0
             while got < quota:
                 epoch, i = divmod(cursor[b], n)
                 if (b, epoch) not in orders:
                     orders[(b, epoch)] = _permutation(n, seed, b, epoch)
                 j = int(orders[(b, epoch)][i])
-                if ids[j] in skip:
+                if ids[j] in skip or lengths[j] < shortest:
                     cursor[b] += 1
                     passed += 1
-                    if passed > n:  # every document of the bucket is excluded from this phase
-                        raise MixtureError(f"mixture: phase {ph.name!r} excludes every document of bucket {b!r} "
-                                           f"(tagged by the domains stage); drop its weight in that phase or "
-                                           f"the phase from mixture.exclude_tagged_from")
+                    if passed > n:  # every document of the bucket is kept out of this phase
+                        if not shortest:
+                            raise MixtureError(f"mixture: phase {ph.name!r} excludes every document of bucket {b!r} "
+                                               f"(tagged by the domains stage); drop its weight in that phase or "
+                                               f"the phase from mixture.exclude_tagged_from")
+                        raise MixtureError(f"mixture: phase {ph.name!r}: every document of bucket {b!r} is shorter "
+                                           f"than min_doc_tokens {shortest:,} (or tagged, where the phase excludes "
+                                           f"tagged ones); lower mixture.phases.{ph.name}.min_doc_tokens.{b} or drop "
+                                           f"the bucket's weight in that phase")
                     continue
                 size = int(lengths[j]) + 1  # + end-of-text
                 if size > room[b]:
@@ -189,6 +211,7 @@ def build_plan(index: pa.Table, phases: list[Phase], token_budget: int, seed: in
                 placed.append(((got + size / 2) / quota, b, ids[j], epoch, shards[j], int(offsets[j]), int(lengths[j])))
                 got += size
                 cursor[b] += 1
+                passed = 0  # counts the documents passed over since the last one placed
         placed.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
         rows.extend((ph.name, *r[1:]) for r in placed)
 

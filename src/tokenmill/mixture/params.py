@@ -12,6 +12,13 @@ from tokenmill.section import Section
 class Phase(Section):
     fraction: Annotated[float, Field(gt=0, le=1)]  # of the token budget
     weights: dict[str, Annotated[float, Field(ge=0)]]  # bucket (or bucket/tier) -> weight, normalised per phase
+    # Long context (docs/long_context.md): the phase's sequence length; None is train.seq_len. A step keeps its
+    # tokens (train.seq_len x train.global_batch), so a longer sequence means fewer of them per step and the
+    # step -> document map of the lineage is the same arithmetic in every phase.
+    seq_len: Annotated[int, Field(gt=0)] | None = None
+    # bucket -> the fewest tokens a document needs to be placed in this phase: a long phase that reads long
+    # documents (a shorter one is passed over, as a tagged one is; its turn in the bucket's epoch is spent).
+    min_doc_tokens: dict[str, Annotated[int, Field(gt=0)]] = {}
 
     @field_validator("weights")
     @classmethod
@@ -19,6 +26,14 @@ class Phase(Section):
         if sum(v.values()) <= 0:
             raise ValueError(f"expected at least one positive weight, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _min_lengths_of_weighted_buckets(self) -> "Phase":
+        unknown = sorted(set(self.min_doc_tokens) - set(self.weights))
+        if unknown:
+            raise ValueError(f"min_doc_tokens: expected buckets this phase weights ({', '.join(self.weights)}), "
+                             f"got {unknown}")
+        return self
 
 
 class Mixture(Section):

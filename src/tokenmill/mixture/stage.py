@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill import canaries, schema
-from tokenmill.mixture import build_plan, parse_phases, token_budget, tokens_per_step
+from tokenmill.mixture import build_plan, parse_phases, phase_seq_len, token_budget, tokens_per_step
 from tokenmill.mixture.params import Mixture
 from tokenmill.section import check_section
 from tokenmill.runtime import ParamError, StageResult, input_id, read_manifest, write_plot_rows
@@ -59,6 +59,7 @@ def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, m
     index, planted, tagged = plan_inputs(tok, mixture)
     budget = token_budget(budget_cfg, model_cfg, int(read_manifest(tok)["vocab_size"]))
     phases = parse_phases(mixture.phases)
+    lengths = phase_seq_len(phases, int(budget_cfg["seq_len"]), tokens_per_step(budget_cfg))
     out = StageResult()
     out.input_hashes[tok.name] = input_id(tok)
     # A budget the user set is what they asked for: a corpus too small for it stops the plan. A derived one
@@ -137,4 +138,6 @@ def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, m
     out.extra.update({"mixture_name": mixture.name, "seq_len": int(budget_cfg["seq_len"]),
                       "global_batch": int(budget_cfg["global_batch"]), "tokens_per_step": step_tokens,
                       "steps": steps, "token_budget": budget, "phases": [p.name for p in phases]})
+    if any(p.seq_len for p in phases):  # each phase's length, where one differs (none set: all at seq_len)
+        out.extra["phase_seq_len"] = lengths
     return out

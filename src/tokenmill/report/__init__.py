@@ -73,6 +73,7 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
     rows = ladder_table(ladder, CANDIDATES)
     built.append(S.signal_noise(ladder, rows, decision_metric(rows, track.load(project))))  # as the evaluate stage
     built.append(S.anneals(read_results(project / "data" / "anneal")))
+    built.append(S.context_use(project))
 
     return publish(out_dir, title, built, "report.json", forecast_comparison=comparison)
 

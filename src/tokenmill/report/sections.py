@@ -751,6 +751,33 @@ def anneals(results: Mapping[str, Mapping]) -> Section:
     return s
 
 
+def context_use(project: Path) -> Section:
+    """How each finished run uses its context (tokenmill.train.context): held-out loss by token position up to the
+    longest sequence it trained on, and the retrieval probe (nats per answer token gained from a needle read that
+    far back)."""
+    s = Section("context", "Use of context: loss by position and the retrieval probe")
+    runs = {}
+    for path in sorted((project / "data").glob("*/**/summary.json")):
+        ctx = (read_json(path) or {}).get("context")
+        if ctx and path.parent.parts[-2:-1] != ("replicas",):
+            runs[str(path.parent.relative_to(project / "data"))] = ctx
+    if not runs:
+        return _not_run(s, "no finished run has measured its use of context")
+    buckets = list(dict.fromkeys(b for c in runs.values() for b in c["loss_by_position"]))
+    probes = sorted({k for c in runs.values() for k in c["probe"] if k != "mean"},
+                    key=lambda k: (int(k.split("@")[0]), float(k.split("@")[1])))
+    rows = [(run, c["longest"], c["rope_theta"], *[c["loss_by_position"].get(b, {}).get("loss") for b in buckets],
+             c["probe"].get("mean"), *[c["probe"].get(k) for k in probes]) for run, c in runs.items()]
+    s.html.append(table(["run", "longest", "RoPE θ", *[f"loss {b}" for b in buckets], "probe mean",
+                         *[f"probe {k}" for k in probes]], rows))
+    s.note = ("Loss by position: each held-out document from its first token, the loss of each token by how many of its "
+              "document's tokens precede it (lower at late positions: the model uses that context). Probe "
+              "<length>@<depth>: a 24-token needle of held-out text at that depth of a haystack of that length, its "
+              "first 8 tokens repeated at the end; the loss of the last 16 without the needle minus with it, in nats "
+              "per token (0: no retrieval). docs/long_context.md.")
+    return s
+
+
 def _pm(value, stderr) -> str:
     if value is None:
         return "–"

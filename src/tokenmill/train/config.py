@@ -177,6 +177,37 @@ class ParallelConfig(_Strict):
     float8: Literal["none", "tensorwise", "rowwise"] = "none"
 
 
+class RopeScalingConfig(_Strict):
+    """RoPE's base in a phase whose sequences are longer than train.seq_len (mixture.phases.<name>.seq_len).
+
+    none: the model's rope_theta throughout (the long phase extrapolates positions it has not seen).
+    base: a plain change of base to `theta` (Llama 3: 500K for its long-context stages; Qwen3: 10K -> 1M).
+    ntk: NTK-aware scaling, rope_theta x s^(d/(d-2)) with s the phase's length over train.seq_len and d the head
+    dimension: the lowest frequency stretched by s, the highest kept (bloc97's rule, as Code Llama's base change).
+    The base is a pure function of the step's phase, so a resumed run sets it as the uninterrupted one did; the
+    final phase's base is what the export writes (rope_theta of config.json)."""
+
+    kind: Literal["none", "base", "ntk"] = "none"
+    theta: float | None = Field(default=None, gt=0)  # kind base: the new base
+
+    @model_validator(mode="after")
+    def _theta_for_base(self) -> "RopeScalingConfig":
+        if self.kind == "base" and self.theta is None:
+            raise ValueError("train.rope_scaling.theta: kind base needs the new base (e.g. 500000.0)")
+        if self.kind != "base" and self.theta is not None:
+            raise ValueError(f"train.rope_scaling.theta: only kind base takes a theta, kind is {self.kind}")
+        return self
+
+    def theta_at(self, model: "ModelConfig", seq_len: int, base_seq_len: int) -> float:
+        """RoPE's base for sequences of seq_len in a run whose train.seq_len is base_seq_len."""
+        if seq_len <= base_seq_len or self.kind == "none":
+            return model.rope_theta
+        if self.kind == "base":
+            return float(self.theta)
+        d = model.head_dim
+        return model.rope_theta * (seq_len / base_seq_len) ** (d / (d - 2))
+
+
 class LaunchConfig(_Strict):
     """How the stage launches the run with torchrun; train() itself takes whatever world it is started in."""
 
@@ -222,6 +253,7 @@ class TrainConfig(_Strict):
     logging: LoggingConfig = LoggingConfig()
     parallel: ParallelConfig = ParallelConfig()
     launch: LaunchConfig = LaunchConfig()
+    rope_scaling: RopeScalingConfig = RopeScalingConfig()
 
     @property
     def tokens_per_step(self) -> int:

@@ -5,6 +5,8 @@ end-of-text token; a row's `stream_start` is its offset in the stream. With L = 
 T = L x B, step N reads stream[N*T : (N+1)*T + 1]: sequence j of the stream has inputs stream[j*L : j*L+L]
 and targets stream[j*L+1 : j*L+L+1]. Rank r of R data-parallel ranks gets sequences r*B/R .. (r+1)*B/R - 1
 of the step, split into micro-batches in order. `tokenmill audit step N` reports the same token range.
+A plan phase may read longer sequences (mixture.phases.<name>.seq_len, in the plan's manifest): a step of that
+phase still reads its T tokens, as T / L' sequences of L' tokens, so the step -> token range is unchanged.
 
 The batch of a step is a pure function of (plan, step): the data cursor in a checkpoint is the step.
 """
@@ -124,6 +126,11 @@ class PlanStream:
                             f"expected {int(expected[bad])} (documents + end-of-text back to back)")
         self.total_tokens = int(self.starts[-1] + self.lengths[-1] + 1) if len(self.starts) else 0
         self.shards = _Shards(self.tokens_dir, self.dtype)
+        # {phase: sequence length} the mixture stage recorded; a phase not named reads the run's train.seq_len.
+        manifest = self.plan_dir / "manifest.json"
+        self.phase_seq_len = {str(k): int(v) for k, v in
+                              (json.loads(manifest.read_text()).get("phase_seq_len") or {}).items()} \
+            if manifest.exists() else {}
 
     def read(self, a: int, b: int) -> np.ndarray:
         """Stream tokens [a, b) as uint32."""
@@ -165,6 +172,15 @@ class BatchLoader:
         self.stream, self.L, self.B = stream, seq_len, global_batch
         self.dp_rank, self.dp_size = dp_rank, dp_size
         self.T = seq_len * global_batch
+        # Each phase's sequence length; every step holds T tokens, so a phase's length must split them evenly
+        # over the data-parallel ranks.
+        self.lengths = {p: stream.phase_seq_len.get(p, seq_len) for p in dict.fromkeys(stream.phases)}
+        for p, length in self.lengths.items():
+            if self.T % length or (self.T // length) % dp_size:
+                raise DataError(f"phase {p!r} reads sequences of {length} tokens: a step's {self.T:,} tokens "
+                                f"(train.seq_len x train.global_batch) must make a whole number of them on each of "
+                                f"the {dp_size} data-parallel rank(s)")
+        self.longest = max([seq_len, *self.lengths.values()])
         # Step N needs one token past its inputs for the last target.
         self.steps_available = max(0, (stream.total_tokens - 1) // self.T)
         self.fault = _parse_fault(os.environ.get("TOKENMILL_FAULT", ""))
@@ -206,23 +222,33 @@ class BatchLoader:
             tokens = rng.integers(0, self.stream.vocab_size, size=tokens.shape, dtype=np.uint32)
         return tokens
 
+    def longest_in(self, steps: int) -> int:
+        """The longest sequence the first `steps` steps read (a scout that stops before a long phase: its base)."""
+        phases = {self.phase(w) for w in range(min(steps, self.steps_available))} if len(self.lengths) > 1 \
+            else set(self.lengths)
+        return max([self.L, *(self.lengths[p] for p in phases)])
+
+    def seq_len(self, step: int) -> int:
+        """The sequence length of the step: its window's phase's."""
+        return self.lengths.get(self.phase(self.window(step)), self.L)
+
     def batch(self, step: int) -> Batch:
-        per_rank = self.B // self.dp_size
-        a = self.dp_rank * per_rank * self.L
         w = self.window(step)
+        L = self.seq_len(step)
+        per_rank = self.T // L // self.dp_size
+        a = self.dp_rank * per_rank * L
         digest = None
         if self._hasher is not None or step in self.fault.get("corrupt_step", ()):
             tokens = self.step_tokens(step)
-            mine = tokens[a:a + per_rank * self.L + 1]
+            mine = tokens[a:a + per_rank * L + 1]
             if self._hasher is not None:
                 digest = self._hasher.submit(tokens_hash, tokens[:-1])
         else:
             if w >= self.steps_available:
                 raise DataError(f"step {step} is past the plan: it holds {self.steps_available} steps of {self.T} "
                                 f"tokens")
-            mine = self.stream.read(w * self.T + a, w * self.T + a + per_rank * self.L + 1)
-        return Batch(step, mine[:-1].reshape(per_rank, self.L), mine[1:].reshape(per_rank, self.L), digest,
-                     self.phase(w))
+            mine = self.stream.read(w * self.T + a, w * self.T + a + per_rank * L + 1)
+        return Batch(step, mine[:-1].reshape(per_rank, L), mine[1:].reshape(per_rank, L), digest, self.phase(w))
 
     def doc_ids(self, step: int) -> list[str]:
         """Documents with tokens among the step's inputs or targets, in stream order (repeats once)."""

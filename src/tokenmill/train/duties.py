@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from tokenmill.canaries import CanaryRequests
+from tokenmill.train import context
 from tokenmill.evaluate.evalset import METRICS, benchmark_means
 from tokenmill.train.data import _parse_fault
 from tokenmill.train.faults import Watchdog, fire_once
@@ -246,6 +247,7 @@ class Throughput(Duty):
             "resumed_from_step": self.start_step if run.resumed else None,
             "benchmark_eval_seconds": round(timing["benchmark_eval_seconds"], 3),
             "canary_eval_seconds": round(timing.get("canary_eval_seconds", 0.0), 3),
+            "context_eval_seconds": round(timing.get("context_eval_seconds", 0.0), 3),
             # The first step holds torch.compile and the allocator's warm-up; checkpoints are outside the step
             # timer, so the loop's wall time beside the steps' says what they cost.
             "first_step_seconds": timing["step_seconds"][0] if timing["step_seconds"] else None,
@@ -399,6 +401,33 @@ class LiveLogging(Duty):
                 if whole[key] is not None:
                     run.live.log_metric(f"perf/{key}", whole[key], plot=False)
         run.live.end()
+
+
+class ContextUse(Duty):
+    """How the finished model uses its context (tokenmill.train.context): held-out loss by token position up to
+    the longest sequence the run trained on, and the retrieval probe at train.seq_len and at that length; none
+    when the run stops at stop_after."""
+
+    def at_end(self, run: Run) -> None:
+        if run.stopped_at is not None:
+            return
+        trainer, t = run.trainer, run.cfg.train
+        started = time.perf_counter()
+        longest = trainer.loader.longest_in(run.total_steps)
+        docs = context.heldout_documents(trainer.stream.tokens_dir, trainer.stream.plan_dir, trainer.stream.dtype)
+        # As many sequences per forward as a training micro-batch holds tokens (its logits fit, so these do).
+        rows = max(1, trainer.micro_batch * t.seq_len // longest)
+        seqs = context.position_sequences(docs, longest)
+        positions = context.loss_by_position(trainer.token_losses(seqs, rows), longest) if seqs else {}
+        cases = context.probe_cases(docs, sorted({t.seq_len, longest}))
+        probe = {}
+        if cases:
+            scored = trainer.loglikelihoods([c.needle for c in cases] + [c.control for c in cases],
+                                            [c.answer for c in cases] * 2, rows)
+            probe = context.probe_figures(cases, scored[:len(cases)], scored[len(cases):])
+        run.state["context"] = {"longest": longest, "rope_theta": trainer.model.rope_theta,
+                                "loss_by_position": positions, "probe": probe}
+        run.timing["context_eval_seconds"] = time.perf_counter() - started
 
 
 class Evaluation(Duty):

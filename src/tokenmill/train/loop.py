@@ -49,6 +49,7 @@ from tokenmill.train.config import RunConfig, TrainConfigError, model_size, pars
 from tokenmill.train.data import PlanStream, heldout_sequences
 from tokenmill.train.duties import (
     Canaries,
+    ContextUse,
     Checkpointing,
     Evaluation,
     FaultInjection,
@@ -195,6 +196,7 @@ def train_step(trainer: Trainer, step: int, lr: float, state: dict, spike, healt
     if step in skipped(state["rollbacks"]):
         return {**row, "tokens_hash": batch.tokens_hash, "loss": None, "grad_norm": None, "skipped": True,
                 "skip_reason": "rolled_back"}
+    trainer.use_length(batch.inputs.shape[1])  # RoPE's base of the step's phase (train.rope_scaling)
     ce = trainer.forward_backward(batch.inputs, batch.targets)
     norm_t = trainer.grad_norm()
     group_norms = health.grad_norms() if health is not None else {}  # before clipping, as grad_norm
@@ -275,8 +277,11 @@ def _write_outputs(out_dir: Path, state: dict, trainer: Trainer, cfg: RunConfig,
                if not (cfg.model.tie_embeddings and k == "output.weight")}
     save_file(weights, str(tmp / "model.safetensors"))
     (tmp / "config.json").write_text(json.dumps({
-        "model": cfg.model.model_dump(), "vocab_size": trainer.stream.vocab_size, "eos_id": trainer.stream.eos_id,
-        "seq_len": cfg.train.seq_len, "width_mult": cfg.train.width_mult(cfg.model),
+        # The model as it ended: RoPE's base of the last phase, the longest sequence it trained on (a long-context
+        # phase changes both; the export writes them, so transformers' logits are tokenmill's at that length).
+        "model": {**cfg.model.model_dump(), "rope_theta": trainer.model.rope_theta},
+        "vocab_size": trainer.stream.vocab_size, "eos_id": trainer.stream.eos_id,
+        "seq_len": trainer.loader.longest_in(summary["steps"]), "width_mult": cfg.train.width_mult(cfg.model),
         "format": "tokenmill.train.model.Transformer state dict, float32"},
         indent=2, sort_keys=True) + "\n")
     if final.exists():
@@ -358,9 +363,9 @@ def _run(cfg: RunConfig, stream: PlanStream, device: torch.device, out_dir: Path
     throughput = Throughput()
     # Every hook is called on the duties in this one order, the order of the run's side effects: before a step
     # the watchdog's beat, the faults, the step's clock; after it the clock, a rollback (no later duty sees an
-    # undone step), health, DVCLive, the evaluation, the checkpoint; at the end the canaries are scored before
-    # the watchdog and the profiler close.
-    duties = [Canaries(), Heartbeat(t.launch.watchdog_seconds, run.rank), fault, throughput, Rollback(),
+    # undone step), health, DVCLive, the evaluation, the checkpoint; at the end the canaries and the use of context
+    # are scored before the watchdog and the profiler close.
+    duties = [Canaries(), ContextUse(), Heartbeat(t.launch.watchdog_seconds, run.rank), fault, throughput, Rollback(),
               HealthAlarms(), *([live] if live is not None else []), evaluation, Checkpointing()]
     if run.state["step"] == 0 and not run.state["heldout"]:
         evaluation.at_evaluation(run, 0)
@@ -420,6 +425,8 @@ def _summary(cfg: RunConfig, state: dict, size: dict, total_steps: int) -> dict:
         "flops_per_token": size["flops_per_token"], "flops_per_token_causal": size["flops_per_token_causal"],
         "total_flops": size["flops_per_token"] * total_steps * t.tokens_per_step,
         **_benchmark_summary(state, final_step, noise_window(total_steps, t.logging)),
+        # Loss by token position and the retrieval probe of the finished model (duties.ContextUse).
+        "context": state.get("context"),
     }
 
 

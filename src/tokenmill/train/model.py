@@ -167,9 +167,11 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         cos, sin = rope_tables(cfg.head_dim, max_seq_len, cfg.rope_theta)
-        # Not parameters and not in the state dict: recomputed from the config on every load.
+        # Not parameters and not in the state dict: recomputed from the config on every load, and from the
+        # phase's base when a long-context phase changes it (set_rope_theta).
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        self.rope_theta = cfg.rope_theta
 
     @torch.no_grad()
     def init_weights(self, seed: int, write: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
@@ -205,9 +207,19 @@ class Transformer(nn.Module):
         for m in self.modules():
             if isinstance(m, nn.RMSNorm):
                 write(m.weight, torch.ones(m.weight.shape, dtype=m.weight.dtype, device=m.weight.device))
-        cos, sin = rope_tables(self.cfg.head_dim, self.rope_cos.shape[0], self.cfg.rope_theta)
+        self.rope_theta = None
+        self.set_rope_theta(self.cfg.rope_theta)
+
+    @torch.no_grad()
+    def set_rope_theta(self, theta: float) -> None:
+        """RoPE's tables at base theta (a long-context phase's, train.rope_scaling), in place: the buffers keep
+        their device and shape, so a compiled block sees the same inputs and is not compiled again."""
+        if theta == self.rope_theta:
+            return
+        cos, sin = rope_tables(self.cfg.head_dim, self.rope_cos.shape[0], theta)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
+        self.rope_theta = theta
 
     def forward(self, tokens: torch.Tensor, select: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, S, vocab); with select (B, K) positions, only at those (B, K, vocab): evaluation

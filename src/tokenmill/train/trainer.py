@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 
 import numpy as np
 import torch
@@ -68,12 +69,19 @@ class Trainer:
         self.loader = BatchLoader(stream, t.seq_len, t.global_batch, self.layout.dp_rank, self.layout.dp_size,
                                   record=dist.get_rank() == 0)
         self.micro_batch = shape.micro_batch
+        # RoPE's base per sequence length (train.rope_scaling): a long-context phase may change it.
+        self.rope_theta = {L: t.rope_scaling.theta_at(cfg.model, L, t.seq_len) for L in {t.seq_len,
+                                                                                       *self.loader.lengths.values()}}
+        for length in self.rope_theta:
+            self.micro_batch_at(length)  # a length no micro-batch fits stops the run here, not at its phase
         torch.manual_seed(t.seed)
         # Built on the meta device (no memory), sharded, then only this rank's shards are allocated on the
         # device and initialised there: no rank ever holds the whole model (at 0.86B that was 3.4 GB of host
         # memory and 10-20 s of CPU per rank; at 8B it would not fit).
         with torch.device("meta"):
-            model = Transformer(cfg.model, stream.vocab_size, t.seq_len, stream.eos_id, t.width_mult(cfg.model))
+            # RoPE's tables span the longest sequence of any phase.
+            model = Transformer(cfg.model, stream.vocab_size, self.loader.longest, stream.eos_id,
+                                t.width_mult(cfg.model))
         parallelize(model, self.layout, t.parallel, device.type)
         model.to_empty(device=device)
         model.init_weights(t.seed, write=write_param)
@@ -90,6 +98,20 @@ class Trainer:
         groups, self.lr_scales = param_groups(model, opt.weight_decay, t.width_mult(cfg.model))
         self.optimizer = torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps, fused=fused,
                                            foreach=None if fused else True)
+
+    def micro_batch_at(self, seq_len: int) -> int:
+        """Sequences per micro-batch at seq_len: the micro-batch's tokens stay those at train.seq_len (what fits
+        in memory at the base length fits at a longer one, activations being per token, attention's aside)."""
+        base = self.cfg.train.seq_len
+        if (self.micro_batch * base) % seq_len:
+            raise ValueError(f"a micro-batch of {self.micro_batch} x {base} tokens (train.micro_batch x "
+                             f"train.seq_len) is not a whole number of {seq_len}-token sequences: set "
+                             f"train.micro_batch to a multiple of {seq_len // math.gcd(seq_len, base)}")
+        return self.micro_batch * base // seq_len
+
+    def use_length(self, seq_len: int) -> None:
+        """RoPE's base for sequences of seq_len (the step's phase's); the model's tables change only with it."""
+        self.model.set_rope_theta(self.rope_theta[seq_len])
 
     def _loss_context(self):
         return loss_parallel() if self.layout.tp_mesh is not None else contextlib.nullcontext()
@@ -110,12 +132,16 @@ class Trainer:
         Gradient communication happens on the last micro-batch only where it would be repeated for nothing
         (parallel.set_micro_batch: measured on one H100, casting parameters and copying gradients once per
         micro-batch was about 4% of the step)."""
-        n_micro = inputs.shape[0] // self.micro_batch
+        micro = self.micro_batch_at(inputs.shape[1])
+        n_micro = inputs.shape[0] // micro
+        if n_micro * micro != inputs.shape[0]:
+            raise ValueError(f"{inputs.shape[0]} sequences of {inputs.shape[1]} tokens on this rank do not split "
+                             f"into micro-batches of {micro} (train.micro_batch x train.seq_len tokens)")
         x_all, y_all = self._to_device(inputs), self._to_device(targets)  # one copy each for the whole step
         total = torch.zeros((), device=self.device)
         for i in range(n_micro):
             set_micro_batch(self.model, self.layout, last=i == n_micro - 1)
-            sl = slice(i * self.micro_batch, (i + 1) * self.micro_batch)
+            sl = slice(i * micro, (i + 1) * micro)
             with self._loss_context():
                 loss, ce = self.loss_fn(self.model(x_all[sl]), y_all[sl], self.cfg.model.z_loss)
                 (loss / n_micro).backward()
@@ -157,6 +183,40 @@ class Trainer:
         self.model.train()
         return float(_world_mean(total)), n
 
+
+    @torch.no_grad()
+    def token_losses(self, sequences: list[np.ndarray], batch: int = 8) -> list[np.ndarray]:
+        """Each sequence's per-target cross-entropy: out[i][p] is the loss of sequences[i][p + 1] given
+        sequences[i][:p + 1]. Split over the DP ranks in contiguous slices as loglikelihoods is (TP ranks of a group
+        score the same ones), longest first, padded at the end with end-of-text (causal: padding changes no
+        earlier position); one all-reduce gathers them."""
+        n, dp = len(sequences), self.layout.dp_size
+        lengths = [len(s) - 1 for s in sequences]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        out = torch.zeros(int(offsets[-1]), dtype=torch.float64, device=self.device)
+        per = -(-n // dp)
+        first = min(n, self.layout.dp_rank * per)
+        mine = sorted(range(first, min(n, first + per)), key=lambda j: -lengths[j])
+        self.model.eval()
+        for i in range(0, per, batch):
+            idx = mine[i:i + batch] or [0]  # a rank past its share scores sequence 0 and discards it
+            width = max(lengths[j] for j in idx)
+            x = np.full((len(idx), width), self.stream.eos_id, dtype=np.int64)
+            y = np.full((len(idx), width), -100, dtype=np.int64)
+            for r, j in enumerate(idx):
+                x[r, :lengths[j]], y[r, :lengths[j]] = sequences[j][:-1], sequences[j][1:]
+            with self._loss_context():
+                logits = self.model(torch.from_numpy(x).to(self.device))
+                ce = F.cross_entropy(logits.flatten(0, 1).float(), torch.from_numpy(y).to(self.device).flatten(),
+                                     reduction="none")
+            ce = (ce.full_tensor() if isinstance(ce, DTensor) else ce).view(len(idx), width).double()
+            if mine[i:i + batch]:
+                for r, j in enumerate(idx):
+                    out[int(offsets[j]):int(offsets[j + 1])] = ce[r, :lengths[j]]
+        self.model.train()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)  # TP ranks of one group hold the same values
+        flat = (out / (dist.get_world_size() // dp)).cpu().numpy()
+        return [flat[offsets[j]:offsets[j + 1]] for j in range(n)]
 
     @torch.no_grad()
     def loglikelihoods(self, windows: list[np.ndarray], n_cont: list[int], batch: int | None = None) -> np.ndarray:
