@@ -10,11 +10,9 @@ the stages' own functions.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -127,7 +125,7 @@ def runs(corpus, tmp_path_factory) -> dict:
     _run(corpus, root / "resumed", stop_after=switch - 1)
     resumed = _run(corpus, root / "resumed")
     plain = _run(corpus, root / "plain", kind="none")
-    return {"root": root, "whole": whole, "resumed": resumed, "plain": plain, "switch": switch}
+    return {"root": root, "whole": whole, "resumed": resumed, "plain": plain, "switch": switch, "corpus": corpus}
 
 
 def test_the_run_switches_length_and_rope_base_at_the_phase_and_resumes_exactly(runs):
@@ -146,6 +144,11 @@ def test_the_run_switches_length_and_rope_base_at_the_phase_and_resumes_exactly(
     assert whole["loss"][:switch].tolist() == plain["loss"][:switch].tolist()
     assert whole["loss"][switch:].tolist() != plain["loss"][switch:].tolist()
     assert set(whole["phase"][switch:]) == {"long"}
+    # the step -> token map the lineage and `tokenmill audit verify` recompute (window W: stream[W*T, (W+1)*T)) is
+    # what every step trained on, in the long phase as before it
+    stream = PlanStream(runs["corpus"] / "tokenize", runs["corpus"] / "mixture")
+    assert all(tokens_hash(stream.read(w * STEP_TOKENS, (w + 1) * STEP_TOKENS)) == h
+               for w, h in zip(whole["stream_window"], whole["tokens_hash"]))
     final = json.loads((root / "whole" / "final" / "config.json").read_text())
     assert final["seq_len"] == LONG and final["model"]["rope_theta"] == pytest.approx(10000.0 * 4 ** (16 / 14))
     assert json.loads((root / "plain" / "final" / "config.json").read_text())["model"]["rope_theta"] == 10000.0
