@@ -1,4 +1,4 @@
-"""The step-memory count (tokenmill.train.memory) against the peaks measured on a GPU: the stages' own runs on one
+"""The step-memory count (tokenmill.memory) against the peaks measured on a GPU: the stages' own runs on one
 H200 (benchmarks/gpu/h200-2026-11-27/records.json: the 0.86B full run and the 59M scout, each with its recorded
 parameters and torch.cuda.max_memory_allocated). The count is made from the tensors the code holds, with nothing
 fitted to these runs: it must not fall below a measured peak (a preset it calls safe would run out of memory) and
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.train.config import TrainConfig, model_size, parse_model
-from tokenmill.train.memory import GiB, step_memory
+from tokenmill.memory import GiB, step_memory
 
 RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "h200-2026-11-27" / "records.json"
 VOCAB = 32768  # the h100 presets' tokenizer.vocab_size, which these runs used
