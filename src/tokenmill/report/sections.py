@@ -757,7 +757,9 @@ def context_use(project: Path) -> Section:
     far back)."""
     s = Section("context", "Use of context: loss by position and the retrieval probe")
     runs = {}
-    for path in sorted((project / "data").glob("*/**/summary.json")):
+    # The training runs and the anneal's arms (the report's deps: data/train, data/anneal).
+    for path in sorted([*(project / "data" / "train").glob("**/summary.json"),
+                        *(project / "data" / "anneal").glob("**/summary.json")]):
         ctx = (read_json(path) or {}).get("context")
         if ctx and path.parent.parts[-2:-1] != ("replicas",):
             runs[str(path.parent.relative_to(project / "data"))] = ctx
