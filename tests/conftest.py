@@ -39,7 +39,8 @@ TABLES = ("documents", "records", "decisions", "read_errors")
 # Modules not listed (each under 10 s) keep their order after these. (xdist's own `--dist loadgroup` marks
 # cannot do this under pytest 9: it renames a test through an attribute pytest no longer reads.)
 SHARED_BUILDS = {"test_anneal": "tiny_run", "test_croissant": "tiny_run", "test_forecast": "tiny_run", "test_openlineage": "tiny_run",
-                 "test_remote": "tiny_run", "test_report": "tiny_run", "test_search": "tiny_run"}
+                 "test_remote": "tiny_run", "test_report": "tiny_run", "test_search": "tiny_run",
+                 "test_value": "tiny_run"}
 HEAVIEST_FIRST = ("test_pipeline_e2e", "tiny_run", "test_train_distributed", "test_bad_input_dvc",
                   "test_decontam_leaks", "test_train_core", "test_quality", "test_train_multinode",
                   "test_stale_and_budget", "test_bench_train_gpu", "test_ray_cluster", "test_fuzz_ingest",

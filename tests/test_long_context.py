@@ -24,7 +24,7 @@ from tokenmill.section import ParamError
 from tokenmill.tokenize import INDEX
 from tokenmill.train import context
 from tokenmill.train.config import RopeScalingConfig, parse_model
-from tokenmill.train.data import BatchLoader, PlanStream, tokens_hash
+from tokenmill.train.data import BatchLoader, PlanStream, heldout_documents, tokens_hash
 from train_helpers import build_corpus, tiny_run, unigram_entropy
 
 BASE, LONG, STEP_TOKENS = 32, 128, 32 * 8  # tiny_run: seq_len 32 x global_batch 8
@@ -195,7 +195,7 @@ def test_the_export_computes_the_models_logits_at_the_long_length(runs, corpus, 
     net = Transformer(parse_model(final["model"]), final["vocab_size"], LONG, final["eos_id"])
     net.load_state_dict(load_final(run)[0], strict=False)
     net.eval()
-    held = context.heldout_documents(corpus / "tokenize", corpus / "mixture", "uint16")
+    held = heldout_documents(corpus / "tokenize", corpus / "mixture", "uint16")
     tokens = torch.tensor(np.stack([d[:LONG] for d in held if len(d) >= LONG][:2]).astype(np.int64))
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
     with torch.no_grad():
@@ -216,7 +216,7 @@ def test_every_run_reports_loss_by_position_and_the_probe_to_its_longest_length(
     assert all(np.isfinite(v) for v in ctx["probe"].values())
     # the loss by position is the model's: below the unigram entropy of the very tokens it scores, and the same
     # in the resumed run
-    docs = context.heldout_documents(corpus / "tokenize", corpus / "mixture", "uint16")
+    docs = heldout_documents(corpus / "tokenize", corpus / "mixture", "uint16")
     targets = np.concatenate([s[1:] for s in context.position_sequences(docs, LONG)]).astype(np.int64)
     assert ctx["loss_by_position"]["0-128"]["tokens"] == len(targets) > 1000
     assert ctx["loss_by_position"]["0-128"]["loss"] < unigram_entropy(targets) - 0.3
@@ -238,7 +238,7 @@ def test_the_probe_credits_a_model_that_reads_the_needle_and_no_other(corpus):
     """Scored by two reference models instead of a trained one: a copier (predicts the token that followed the last
     earlier occurrence of the current token, the induction rule) gains from the needle at every depth; a
     unigram model, which ignores context, gains exactly nothing."""
-    docs = context.heldout_documents(corpus / "tokenize", corpus / "mixture", "uint16")
+    docs = heldout_documents(corpus / "tokenize", corpus / "mixture", "uint16")
     cases = context.probe_cases(docs, [BASE * 4, LONG * 2], cases=4)
     assert {(c.length, c.depth) for c in cases} == {(n, d) for n in (128, 256) for d in context.DEPTHS}
     assert all(len(c.needle) == len(c.control) == c.length for c in cases)

@@ -969,6 +969,18 @@ def test_a_scout_built_twice_elsewhere_has_the_same_dvc_hash(corpus, tmp_path):
     (first, first_files), (second, second_files) = outputs
     assert second_files == first_files
     assert second == first
+    # Run again where it finished (as `dvc repro` does when a stage reruns on the same plan, e.g. only `seeds`
+    # or a tag the plan ignores changed): nothing is launched, every file stays as it was, the run record says so.
+    project = tmp_path / "one" / "proj"
+    proc = subprocess.run([sys.executable, script_path, "scout/s1", "mixture", "tokenize"], cwd=project,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for stage in ("scout@s1", "scout@s1#seed1"):
+        assert f"{stage}: already trained on these inputs with this configuration; not relaunched" in proc.stderr
+        assert json.loads((project / "runs" / f"{stage}.json").read_text())["command"] is None
+    out = project / "data" / "train" / "scout" / "s1"
+    assert {str(p.relative_to(out)): hashlib.md5(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file()} == first_files
 
 
 def test_a_scout_sweeps_the_learning_rate_and_names_the_best_for_the_full_run(corpus, tmp_path):

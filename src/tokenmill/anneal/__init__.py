@@ -29,8 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tokenmill.evaluate.evalset import benchmark_means
-from tokenmill.evaluate.signal import combine_replicas, run_figures
+from tokenmill.evaluate.signal import combine_replicas, figure_series, lower_is_better, run_figures
 from tokenmill.mixture import PLAN, Phase
 
 ARMS = ("with", "without")
@@ -143,24 +142,12 @@ def figures(summary: Mapping) -> dict[str, tuple[float, float | None]]:
 
 def series(run_dir: str | Path, steps: Iterable[int]) -> dict[str, dict[int, float]]:
     """Each figure's value at the given evaluation steps of a finished run, from its heldout.parquet and
-    benchmarks.parquet (as the run's summary computes its final values)."""
-    steps, out = set(steps), {}
+    benchmarks.parquet (tokenmill.evaluate.evalset.figure_series, as the run's own noise window reads them)."""
+    steps = set(steps)
     held = [h for h in pq.read_table(Path(run_dir) / "heldout.parquet").to_pylist() if h["step"] in steps]
-    for h in held:
-        out.setdefault(f"heldout.{h['bucket']}", {})[h["step"]] = h["loss"]
-    for step in sorted({h["step"] for h in held}):
-        losses = [h["loss"] for h in held if h["step"] == step]
-        out.setdefault("heldout_mean", {})[step] = float(np.mean(losses))
-    by_step: dict[int, dict] = {}
     bench = Path(run_dir) / "benchmarks.parquet"
-    for r in pq.read_table(bench).to_pylist() if bench.exists() else []:
-        if r["step"] in steps:
-            by_step.setdefault(r["step"], {}).setdefault(r["benchmark"], {})[r["metric"]] = r
-    for step, scores in by_step.items():
-        for name, value in benchmark_means(scores).items():
-            if not name.endswith("_stderr"):
-                out.setdefault(f"benchmarks_mean.{name}", {})[step] = value
-    return out
+    rows = [r for r in pq.read_table(bench).to_pylist() if r["step"] in steps] if bench.exists() else []
+    return figure_series(held, rows)
 
 
 def paired_sigma(with_: Sequence[Mapping[int, float]], without: Sequence[Mapping[int, float]]) -> float | None:
@@ -194,8 +181,7 @@ def verdicts(arms: Mapping[str, Sequence[Mapping]], windows: Mapping[str, Sequen
         (w, ws), (wo, wos) = combined["with"][metric], combined["without"][metric]
         sigma = math.sqrt((ws or 0.0) ** 2 + (wos or 0.0) ** 2)
         paired = paired_sigma(*([run.get(metric, {}) for run in windows[arm]] for arm in ARMS)) if windows else None
-        # losses and bits per byte (on all items or clean ones: bpb, bpb_clean) are better lower
-        lower = metric.startswith("heldout") or metric.rsplit(".", 1)[-1].startswith("bpb")
+        lower = lower_is_better(metric)
         diff = w - wo
         better = "with" if (diff < 0) == lower else "without"
         verdict = "neither"

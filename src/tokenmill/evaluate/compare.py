@@ -41,7 +41,7 @@ import numpy as np
 import yaml
 
 from tokenmill.evaluate import track
-from tokenmill.evaluate.signal import LOWER_IS_BETTER, combine_replicas, run_figures, separated
+from tokenmill.evaluate.signal import combine_replicas, lower_is_better, run_figures, separated
 
 SAMPLES = "data/evaluate/samples"
 HELDOUT_PREFIX, BENCH_PREFIX = "tm_heldout_", "tm_bench_"
@@ -243,10 +243,6 @@ def metric_names(exp: Experiment) -> list[str]:
     names += [f"benchmarks_mean.{m}" for m in scored]
     names += [f"{b}.{m}" for b in sorted(exp.items) for m in scored]
     return names
-
-
-def lower_is_better(metric: str) -> bool:
-    return metric in LOWER_IS_BETTER or metric.startswith("heldout_bpb") or metric.endswith(".bpb")
 
 
 def _groups(exp: Experiment, metric: str) -> tuple[str, dict[str, dict[str, tuple]]]:

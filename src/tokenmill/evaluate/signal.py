@@ -23,10 +23,46 @@ import math
 from pathlib import Path
 from typing import Iterable, Mapping
 
+import numpy as np
+
 # The metrics a decision can rest on: the held-out loss (mean over buckets) and the in-loop benchmark means.
 CANDIDATES = ("heldout_mean", "benchmarks_mean.bpb", "benchmarks_mean.prob_norm", "benchmarks_mean.acc_norm",
               "benchmarks_mean.acc")
-LOWER_IS_BETTER = {"heldout_mean", "benchmarks_mean.bpb"}
+
+
+def lower_is_better(metric: str) -> bool:
+    """Losses and bits per byte are better lower: every held-out figure (heldout_mean, heldout.<bucket>,
+    heldout_bpb.<bucket>) and a benchmark's bpb on all or clean items (arc_easy.bpb, benchmarks_mean.bpb_clean);
+    accuracies and probabilities are better higher."""
+    return metric.startswith("heldout") or metric.rsplit(".", 1)[-1].startswith("bpb")
+
+
+def figure_series(heldout: Iterable[Mapping], bench: Iterable[Mapping]) -> dict[str, dict[int, float]]:
+    """Each figure's value at each evaluation step of a run, from its held-out rows ({step, bucket, loss}) and
+    in-loop benchmark rows ({step, benchmark, metric, all, ...}): heldout.<bucket>, heldout_mean (over the
+    buckets), benchmarks_mean.<metric> (benchmark_means, on all and clean items) and <benchmark>.<metric> (on
+    all items). The run's noise window (tokenmill.train.loop) and the anneal's paired σ read them."""
+    from tokenmill.evaluate.evalset import benchmark_means  # pyarrow: not for the readers of a ladder's figures
+
+    series: dict[str, dict[int, float]] = {}
+    by_bucket: dict[int, list[float]] = {}
+    for h in heldout:
+        by_bucket.setdefault(h["step"], []).append(h["loss"])
+        series.setdefault(f"heldout.{h['bucket']}", {})[h["step"]] = h["loss"]
+    for step, losses in by_bucket.items():
+        series.setdefault("heldout_mean", {})[step] = float(np.mean(losses))
+    by_step: dict[int, dict] = {}
+    for r in bench:
+        by_step.setdefault(r["step"], {}).setdefault(r["benchmark"], {})[r["metric"]] = r
+    for step, scores in by_step.items():
+        for name, value in benchmark_means(scores).items():
+            if not name.endswith("_stderr"):
+                series.setdefault(f"benchmarks_mean.{name}", {})[step] = value
+        for name, metrics in scores.items():
+            for metric, r in metrics.items():
+                if r["all"] is not None:
+                    series.setdefault(f"{name}.{metric}", {})[step] = r["all"]
+    return series
 
 
 def run_figures(summary: Mapping, per_bucket: bool = False) -> dict[str, tuple[float, float | None]]:
@@ -79,7 +115,7 @@ def ladder_table(runs: Mapping[str, Mapping[str, tuple[float, float | None]]],
         sigmas = [figures[metric][1] for figures in runs.values() if figures[metric][1] is not None]
         signal = max(values.values()) - min(values.values())
         noise = math.sqrt(sum(s * s for s in sigmas) / len(sigmas)) if sigmas else None
-        lower = metric in LOWER_IS_BETTER or metric.endswith(".bpb")
+        lower = lower_is_better(metric)
         rows.append({"metric": metric, "values": values,
                      "sigmas": {run: figures[metric][1] for run, figures in runs.items()},
                      "signal": signal, "noise": noise,

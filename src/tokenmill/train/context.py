@@ -19,10 +19,8 @@ far back (0: it does not retrieve; a perfect copier gains the answer's whole los
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 EDGES = (128, 512, 2048, 8192, 32768, 131072)  # position buckets: 0-128, 128-512, 512-2K, ...
 DEPTHS = (0.1, 0.5, 0.9)  # where the needle sits, as a fraction of the haystack
@@ -48,21 +46,6 @@ def label(lo: int, hi: int) -> str:
     def k(n: int) -> str:
         return f"{n // 1024}K" if n >= 2048 and n % 1024 == 0 else str(n)
     return f"{k(lo)}-{k(hi)}"
-
-
-def heldout_documents(tokens_dir: str | Path, plan_dir: str | Path, dtype: str) -> list[np.ndarray]:
-    """The plan's held-out documents' tokens (no end-of-text), in doc_id order."""
-    path = Path(plan_dir) / "heldout.parquet"
-    if not path.exists():
-        return []
-    table = pq.read_table(path, columns=["doc_id", "shard", "offset", "length"]).sort_by("doc_id")
-    maps: dict[str, np.ndarray] = {}
-    out = []
-    for row in table.to_pylist():
-        if row["shard"] not in maps:
-            maps[row["shard"]] = np.memmap(Path(tokens_dir) / row["shard"], dtype=np.dtype(dtype), mode="r")
-        out.append(np.asarray(maps[row["shard"]][row["offset"]:row["offset"] + row["length"]], dtype=np.uint32))
-    return out
 
 
 def position_sequences(documents: list[np.ndarray], longest: int, most: int = MOST_DOCUMENTS) -> list[np.ndarray]:

@@ -234,7 +234,8 @@ class BatchLoader:
 
     def batch(self, step: int) -> Batch:
         w = self.window(step)
-        L = self.seq_len(step)
+        phase = self.phase(w)
+        L = self.lengths.get(phase, self.L)
         per_rank = self.T // L // self.dp_size
         a = self.dp_rank * per_rank * L
         digest = None
@@ -248,7 +249,7 @@ class BatchLoader:
                 raise DataError(f"step {step} is past the plan: it holds {self.steps_available} steps of {self.T} "
                                 f"tokens")
             mine = self.stream.read(w * self.T + a, w * self.T + a + per_rank * L + 1)
-        return Batch(step, mine[:-1].reshape(per_rank, L), mine[1:].reshape(per_rank, L), digest, self.phase(w))
+        return Batch(step, mine[:-1].reshape(per_rank, L), mine[1:].reshape(per_rank, L), digest, phase)
 
     def doc_ids(self, step: int) -> list[str]:
         """Documents with tokens among the step's inputs or targets, in stream order (repeats once)."""
@@ -300,3 +301,15 @@ def heldout_sequences(tokens_dir: str | Path, plan_dir: str | Path, seq_len: int
         idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
         out[bucket] = flat[idx]
     return out
+
+
+def heldout_documents(tokens_dir: str | Path, plan_dir: str | Path, dtype: str) -> list[np.ndarray]:
+    """The plan's held-out documents' tokens (no end-of-text), in doc_id order, each whole (the use-of-context
+    measures, tokenmill.train.context, read them from their first token)."""
+    path = Path(plan_dir) / "heldout.parquet"
+    if not path.exists():
+        return []
+    shards = _Shards(Path(tokens_dir), dtype)
+    table = pq.read_table(path, columns=["doc_id", "shard", "offset", "length"]).sort_by("doc_id")
+    return [np.asarray(shards[r["shard"]][r["offset"]:r["offset"] + r["length"]], dtype=np.uint32)
+            for r in table.to_pylist()]

@@ -33,7 +33,7 @@ import torch
 from tokenmill.canaries import CanaryRequests
 from tokenmill.train import context
 from tokenmill.evaluate.evalset import METRICS, benchmark_means
-from tokenmill.train.data import _parse_fault
+from tokenmill.train.data import _parse_fault, heldout_documents
 from tokenmill.train.faults import Watchdog, fire_once
 from tokenmill.train.health import Health, collapse, corrupt, optimizer_params, replica_mismatch
 from tokenmill.train.metrics import mfu
@@ -414,7 +414,7 @@ class ContextUse(Duty):
         trainer, t = run.trainer, run.cfg.train
         started = time.perf_counter()
         longest = trainer.loader.longest_in(run.total_steps)
-        docs = context.heldout_documents(trainer.stream.tokens_dir, trainer.stream.plan_dir, trainer.stream.dtype)
+        docs = heldout_documents(trainer.stream.tokens_dir, trainer.stream.plan_dir, trainer.stream.dtype)
         # As many sequences per forward as a training micro-batch holds tokens (its logits fit, so these do).
         rows = max(1, trainer.micro_batch * t.seq_len // longest)
         seqs = context.position_sequences(docs, longest)

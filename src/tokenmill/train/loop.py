@@ -44,6 +44,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from tokenmill import schema
 from tokenmill.canaries import EXPOSURE
 from tokenmill.evaluate.evalset import EvalSet, benchmark_means
+from tokenmill.evaluate.signal import figure_series
 from tokenmill.train.checkpoint import Checkpointer
 from tokenmill.train.config import RunConfig, TrainConfigError, model_size, parse_run, run_steps, token_budget
 from tokenmill.train.data import PlanStream, heldout_sequences
@@ -433,27 +434,15 @@ def _summary(cfg: RunConfig, state: dict, size: dict, total_steps: int) -> dict:
 def _benchmark_summary(state: dict, final_step: int | None, window: set[int]) -> dict:
     """The final in-loop benchmark scores, their mean over the benchmarks, and the noise of every figure:
     the sample standard deviation of its values over the evaluations of the noise window."""
-    by_step: dict[int, dict] = {}
-    for r in state["bench"]:
-        by_step.setdefault(r["step"], {}).setdefault(r["benchmark"], {})[r["metric"]] = r
-    series: dict[str, dict[int, float]] = {}
-    for h in state["heldout"]:
-        losses = [x["loss"] for x in state["heldout"] if x["step"] == h["step"]]
-        series.setdefault("heldout_mean", {})[h["step"]] = float(np.mean(losses))
-        series.setdefault(f"heldout.{h['bucket']}", {})[h["step"]] = h["loss"]  # a bucket's own σ (anneal, value)
-    for step, scores in by_step.items():
-        for name, value in benchmark_means(scores).items():
-            if not name.endswith("_stderr"):
-                series.setdefault(f"benchmarks_mean.{name}", {})[step] = value
-        for bench, metrics in scores.items():
-            for metric, r in metrics.items():
-                if r["all"] is not None:
-                    series.setdefault(f"{bench}.{metric}", {})[step] = r["all"]
+    series = figure_series(state["heldout"], state["bench"])  # a bucket's own σ too (anneal, value)
     noise = {}
     for name, values in sorted(series.items()):
         points = [v for step, v in values.items() if step in window]
         noise[name] = float(np.std(points, ddof=1)) if len(points) >= 2 else None
-    final = by_step.get(final_step, {})
+    final: dict[str, dict] = {}
+    for r in state["bench"]:
+        if r["step"] == final_step:
+            final.setdefault(r["benchmark"], {})[r["metric"]] = r
     mean = benchmark_means(final)
     return {"benchmarks": {b: {m: {k: r[k] for k in ("all", "all_stderr", "clean", "clean_stderr")}
                                for m, r in sorted(ms.items())} for b, ms in sorted(final.items())},

@@ -35,7 +35,9 @@ from typing import Mapping
 from tokenmill.evaluate.signal import run_figures
 from tokenmill.execution.lifetime import die_with_parent, end_with_launcher
 from tokenmill.runtime import (
+    PACKAGE_DIR,
     clean_leftovers,
+    code_version,
     input_id,
     run_record,
     sha1_file,
@@ -207,6 +209,48 @@ def run_metrics(summary: Mapping, replicas: list[Mapping] = (), sweep: list[tupl
     return metrics
 
 
+def rank_code() -> str:
+    """The version of the code a rank runs: every module of the package (a rank imports the training loop, the
+    evaluation's scoring, the canaries, ...; this process imports only the launcher)."""
+    return code_version(sorted(PACKAGE_DIR.rglob("*.py")))
+
+
+def finished(out_dir: Path, record: Path, code: str) -> bool:
+    """Whether out_dir holds a run finished by this code: its summary, the last file train() writes (after
+    final/), and the run record of that launch naming this code. Another code version relaunches it: the run
+    resumes at its last step and its final duties (evaluations, exposure, use of context) run again as the
+    new code computes them. A workspace without the record (a fresh clone, an experiment's copy) relaunches."""
+    if not ((out_dir / "summary.json").is_file() and (out_dir / "final").is_dir() and record.is_file()):
+        return False
+    try:
+        return json.loads(record.read_text()).get("rank_code") == code
+    except ValueError:
+        return False
+
+
+def launch(stage: str, cmd: list[str], launch_cfg: LaunchConfig, runs_dir: str | Path, node: str) -> list[dict]:
+    """Run torchrun's ranks with the log in runs/<stage><node>.log; the restarts it made (each with its cause),
+    or LaunchError naming why the run failed."""
+    log = Path(runs_dir) / f"{stage}{node}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    end_with_launcher(stage)  # under dvc: this stage ends when dvc does ...
+    with tempfile.TemporaryDirectory(prefix="tokenmill-train-reasons-") as reasons:
+        with open(log, "w") as f:  # ... and torchrun with this stage
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**env, REASONS_ENV: reasons},
+                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
+        world = launch_cfg.nnodes * launch_cfg.nproc_per_node
+        restarted = restarts(Path(reasons), world, log.read_text(errors="replace"))
+        for r in restarted:
+            print(f"{stage}: restart {r['restart']} (resumed from step {r['resumed_from_step']}): {r['cause']}",
+                  file=sys.stderr)
+        if proc.returncode != 0:
+            reason = failure_reason(Path(reasons), log.read_text(errors="replace"), world)
+            tried = f" after {len(restarted)} restart(s)" if restarted else ""
+            raise LaunchError(f"{stage}: training failed{tried}: {reason} (exit {proc.returncode}; full log: {log})")
+    return restarted
+
+
 def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_stage: str, token_stage: str,
                     out_dir: str | Path, live_dir: str | Path | None, metrics_path: str | Path | None,
                     runs_dir: str | Path = "runs", metrics_group: str | None = None,
@@ -258,24 +302,17 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
 
     # Every node of a multi-node job runs this stage; on a shared filesystem each keeps its own torchrun log.
     node = "" if train.launch.nnodes == 1 else f".{platform.node()}-{os.getpid()}"
-    log = Path(runs_dir) / f"{stage}{node}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     cmd = torchrun_command(train.launch, config_file, data_root, out_dir, live_dir, plan_dir, tokens_dir, evalset)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    end_with_launcher(stage)  # under dvc: this stage ends when dvc does ...
-    with tempfile.TemporaryDirectory(prefix="tokenmill-train-reasons-") as reasons:
-        with open(log, "w") as f:  # ... and torchrun with this stage
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**env, REASONS_ENV: reasons},
-                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
-        world = train.launch.nnodes * train.launch.nproc_per_node
-        restarted = restarts(Path(reasons), world, log.read_text(errors="replace"))
-        for r in restarted:
-            print(f"{stage}: restart {r['restart']} (resumed from step {r['resumed_from_step']}): {r['cause']}",
-                  file=sys.stderr)
-        if proc.returncode != 0:
-            reason = failure_reason(Path(reasons), log.read_text(errors="replace"), world)
-            tried = f" after {len(restarted)} restart(s)" if restarted else ""
-            raise LaunchError(f"{stage}: training failed{tried}: {reason} (exit {proc.returncode}; full log: {log})")
+    restarted: list[dict] = []
+    code = rank_code()
+    if finished(out_dir, Path(runs_dir) / f"{stage}.json", code):
+        # The same key, the same code, the run's last file written: relaunched, torchrun would load the final
+        # checkpoint and write every file again, byte for byte (about 11 s for a scout of the tiny test run,
+        # which takes 17 s to train).
+        print(f"{stage}: already trained on these inputs with this configuration; not relaunched", file=sys.stderr)
+        cmd = None
+    else:
+        restarted = launch(stage, cmd, train.launch, runs_dir, node)
 
     summary = json.loads((out_dir / "summary.json").read_text())
     digest = content_digest(out_dir)
@@ -312,5 +349,6 @@ def run_train_stage(stage: str, run_cfg: Mapping, data_root: str | Path, plan_st
     perf = json.loads(live_metrics.read_text()).get("perf", {}) if live_metrics and live_metrics.exists() else {}
     write_json(Path(runs_dir) / f"{stage}.json", run_record(
         stage, run_cfg, inputs, ("torch", "numpy", "safetensors", "dvclive"), started, input_stage=plan_stage,
-        digest=digest, counts={}, timing=perf, command=cmd, log=str(log), restarts=restarted))
+        digest=digest, counts={}, timing=perf, command=cmd, log=str(Path(runs_dir) / f"{stage}{node}.log"),
+        restarts=restarted, rank_code=code))
     return summary

@@ -190,13 +190,11 @@ class Trainer:
         sequences[i][:p + 1]. Split over the DP ranks in contiguous slices as loglikelihoods is (TP ranks of a group
         score the same ones), longest first, padded at the end with end-of-text (causal: padding changes no
         earlier position); one all-reduce gathers them."""
-        n, dp = len(sequences), self.layout.dp_size
+        n = len(sequences)
         lengths = [len(s) - 1 for s in sequences]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         out = torch.zeros(int(offsets[-1]), dtype=torch.float64, device=self.device)
-        per = -(-n // dp)
-        first = min(n, self.layout.dp_rank * per)
-        mine = sorted(range(first, min(n, first + per)), key=lambda j: -lengths[j])
+        per, mine = self._my_share(n, key=lambda j: -lengths[j])
         self.model.eval()
         for i in range(0, per, batch):
             idx = mine[i:i + batch] or [0]  # a rank past its share scores sequence 0 and discards it
@@ -214,9 +212,21 @@ class Trainer:
                 for r, j in enumerate(idx):
                     out[int(offsets[j]):int(offsets[j + 1])] = ce[r, :lengths[j]]
         self.model.train()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)  # TP ranks of one group hold the same values
-        flat = (out / (dist.get_world_size() // dp)).cpu().numpy()
+        flat = self._gathered(out)
         return [flat[offsets[j]:offsets[j + 1]] for j in range(n)]
+
+    def _my_share(self, n: int, key) -> tuple[int, list[int]]:
+        """This DP rank's contiguous slice of n requests (the TP ranks of its group score the same ones), in the
+        order of key; and the slice length every rank loops over (a rank past its share pads)."""
+        per = -(-n // self.layout.dp_size)
+        first = min(n, self.layout.dp_rank * per)
+        return per, sorted(range(first, min(n, first + per)), key=key)
+
+    def _gathered(self, out: torch.Tensor) -> np.ndarray:
+        """Every rank's scores, summed in one all-reduce (each request is nonzero on one DP group only; the TP
+        ranks of that group hold the same values, so the sum is divided by the TP size)."""
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return (out / (dist.get_world_size() // self.layout.dp_size)).cpu().numpy()
 
     @torch.no_grad()
     def loglikelihoods(self, windows: list[np.ndarray], n_cont: list[int], batch: int | None = None) -> np.ndarray:
@@ -227,10 +237,8 @@ class Trainer:
         rank makes the same number of forward calls (FSDP gathers weights in each), padding its last ones.
         One all-reduce gathers the results. batch: requests per forward call (default: the micro-batch, at least 8;
         the same on every rank)."""
-        n, dp = len(windows), self.layout.dp_size
-        per = -(-n // dp)
-        first = min(n, self.layout.dp_rank * per)
-        mine = sorted(range(first, min(n, first + per)), key=lambda j: len(windows[j]))
+        n = len(windows)
+        per, mine = self._my_share(n, key=lambda j: len(windows[j]))
         out = torch.zeros(n, dtype=torch.float64, device=self.device)
         batch = batch or max(self.micro_batch, 8)
         select = self.layout.tp_mesh is None  # logits at the answer positions only (Transformer.forward)
@@ -258,5 +266,4 @@ class Trainer:
             if mine[i:i + batch]:
                 out[torch.tensor(idx, device=self.device)] = -ce.view(len(idx), width).double().sum(dim=1)
         self.model.train()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)  # TP ranks of one group hold the same values
-        return (out / (dist.get_world_size() // dp)).cpu().numpy()
+        return self._gathered(out)
