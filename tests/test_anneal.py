@@ -243,3 +243,28 @@ def test_the_configuration_check_names_a_bad_anneal(tiny):
     assert any(line.startswith("anneals.x.share:") for line in lines), lines
     assert any(line.startswith("anneals.x.colour:") for line in lines), lines
     assert any(line.startswith("anneals.x.source: expected a declared source") for line in lines), lines
+
+
+def test_the_run_records_digest_reads_results_plans_and_arm_manifests_never_checkpoints(tmp_path):
+    """The anneal stage's run record digests what the anneals hold (each test's result and plans, each arm by its
+    content digest), not the arms' checkpoints: DCP's files are not byte-stable, and at 8B they are ~100 GB."""
+    from tokenmill.anneal.stage import anneal_digest
+
+    test = tmp_path / "reference"
+    for arm in ("with", "without"):
+        (test / arm / "checkpoints" / "step_4").mkdir(parents=True)
+        (test / arm / "checkpoints" / "step_4" / "__0_0.distcp").write_bytes(b"shard")
+        (test / arm / "manifest.json").write_text(json.dumps({"digest": f"content-of-{arm}"}))
+        (test / "plans" / arm).mkdir(parents=True)
+        (test / "plans" / arm / "plan.parquet").write_bytes(arm.encode())
+    (test / "result.json").write_text("{}")
+    first = anneal_digest(tmp_path)
+    (test / "with" / "checkpoints" / "step_4" / "__0_0.distcp").write_bytes(b"another save of the same state")
+    assert anneal_digest(tmp_path) == first
+    for path, content in ((test / "without" / "manifest.json", json.dumps({"digest": "retrained"})),
+                          (test / "plans" / "with" / "plan.parquet", "replanned"), (test / "result.json", '{"a": 1}')):
+        before = path.read_text()
+        path.write_text(content)
+        assert anneal_digest(tmp_path) != first, path
+        path.write_text(before)
+    assert anneal_digest(tmp_path) == first

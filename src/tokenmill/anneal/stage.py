@@ -12,6 +12,8 @@ and metrics/anneal.json: per anneal, its cost and the verdicts on the held-out l
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import time
 from pathlib import Path
@@ -26,11 +28,27 @@ from tokenmill.anneal.params import Anneal
 from tokenmill.mixture import PLAN, build_plan, parse_phases
 from tokenmill.mixture.params import Mixture
 from tokenmill.mixture.stage import plan_inputs
-from tokenmill.runtime import input_id, read_manifest, run_record, tree_digest, write_json
+from tokenmill.runtime import input_id, read_manifest, run_record, sha1_file, write_json
 from tokenmill.train.config import model_size, parse_run
 from tokenmill.train.data import PlanStream
 from tokenmill.train.loop import plan_steps, run_schedule
 from tokenmill.train.stage import run_train_stage
+
+def anneal_digest(out_root: Path) -> str:
+    """The anneals' content digest for the run record: each test's result and arm plans by their files' hashes,
+    each arm (and seed replica) by its manifest's content digest (tokenmill.train.stage.content_digest), so that
+    no checkpoint is read: DCP's metadata is not byte-stable, and an 8B arm's checkpoints hold about 100 GB."""
+    h = hashlib.sha1()
+    for test in sorted(d for d in out_root.iterdir() if d.is_dir()):
+        for p in sorted(test.rglob("*")):
+            rel = p.relative_to(out_root)
+            if rel.parts[1] in ARMS:  # a training run: its manifest stands for it
+                if p.name == "manifest.json":
+                    h.update(f"{rel}\x00{json.loads(p.read_text())['digest']}\n".encode())
+            elif p.is_file():
+                h.update(f"{rel}\x00{sha1_file(p)}\n".encode())
+    return h.hexdigest()
+
 
 def branch_point(run_cfg: Mapping, tokens_dir: Path, plan_dir: Path) -> dict:
     """Where the full run's learning rate starts to decay (the checkpoint an anneal starts from), the plan's decay
@@ -74,7 +92,7 @@ def run_anneals(anneals: Mapping[str, Mapping], p: Mapping, data_root: str | Pat
     inputs = {name: input_id(data_root / full_run) for name in ("pretrain",)} | {"mixture": input_id(data_root / "mixture")}
     write_json(Path(runs_dir) / "anneal.json", run_record(
         "anneal", {"anneals": dict(anneals)}, inputs, ("torch", "numpy"), started, input_stage="pretrain",
-        digest=tree_digest(out_root), counts={"tests": len(results)}, timing={}))
+        digest=anneal_digest(out_root), counts={"tests": len(results)}, timing={}))
     return results
 
 
