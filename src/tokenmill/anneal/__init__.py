@@ -142,7 +142,7 @@ def figures(summary: Mapping) -> dict[str, tuple[float, float | None]]:
 
 def series(run_dir: str | Path, steps: Iterable[int]) -> dict[str, dict[int, float]]:
     """Each figure's value at the given evaluation steps of a finished run, from its heldout.parquet and
-    benchmarks.parquet (tokenmill.evaluate.evalset.figure_series, as the run's own noise window reads them)."""
+    benchmarks.parquet (tokenmill.evaluate.signal.figure_series, as the run's own noise window reads them)."""
     steps = set(steps)
     held = [h for h in pq.read_table(Path(run_dir) / "heldout.parquet").to_pylist() if h["step"] in steps]
     bench = Path(run_dir) / "benchmarks.parquet"

@@ -34,6 +34,7 @@ from tokenmill.train.data import PlanStream
 from tokenmill.train.loop import plan_steps, run_schedule
 from tokenmill.train.stage import run_train_stage
 
+
 def anneal_digest(out_root: Path) -> str:
     """The anneals' content digest for the run record: each test's result and arm plans by their files' hashes,
     each arm (and seed replica) by its manifest's content digest (tokenmill.train.stage.content_digest), so that
