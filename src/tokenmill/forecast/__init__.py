@@ -2,14 +2,21 @@
 
 The scouts (conf/scouts) train small models with the full run's recipe on a prefix of the same plan. Each
 gives one point (C, L): training compute C = flops_per_token x tokens (tokenmill.train.config.model_size,
-6 x matmul parameters plus the attention term) and its final held-out loss L. Two forms are fitted:
+6 x matmul parameters plus the attention term) and its final held-out loss L. Three forms are fitted:
 
     power_law        L = a * C^-b              a straight line in log-log space: two parameters
-    power_law_floor  L = E + a * C^-b          with an irreducible loss E (Kaplan et al. 2020; Hoffmann et
-                                               al. 2022 fit E + A/N^alpha + B/D^beta): three parameters
+    power_law_floor  L = E + a * C^-b          with an irreducible loss E (Kaplan et al. 2020): three parameters
+    two_term         L = E + A * N^-alpha + B * D^-beta
+                                               in parameters N and tokens D apart (Hoffmann et al. 2022,
+                                               approach 3): five parameters, for a ladder whose rungs vary N
+                                               and D apart (conf/scouts/cpu_demo_two_term.yaml)
 
 `auto` takes the floor only when there are `min_points_floor` scouts or more: three points determine three
-parameters exactly, leaving nothing to check the fit against. Both are fitted by least squares on log L
+parameters exactly, leaving nothing to check the fit against. It takes two_term when the ladder is not one
+tokens-per-parameter line (its rungs' ratios differ by more than TWO_TERM_SPREAD) and has TWO_TERM_MIN rungs: a
+law in compute alone reads such a ladder as scatter, and it cannot tell a full run bound by its width from one
+bound by its tokens (on the demo a 32-wide rung at the full run's tokens reaches its held-out loss, and every
+compute law missed the full run by 6-16%: RESULTS.md, "Why the forecast misses"). All are fitted by least squares on log L
 (scipy.optimize.least_squares, bounded): the losses of a ladder span a small range, and log residuals
 weigh every rung alike. The full run's compute comes from its configuration before it trains
 (`target_of`), so the prediction is written before the run starts; `compare` scores it when it ends.
@@ -25,7 +32,9 @@ enters the fit with the mean of its replicas. Every forecast carries three check
              from the others with the form the forecast took; its log error per unit of log compute it was
              carried from the nearest rung kept, RMS over the rungs, times the log of the full run's compute
              over the largest scout's is the σ (of log loss) added to every bootstrap draw. An extrapolation
-             three times as far as the ladder's spacing carries three times the error the ladder shows.
+             three times as far as the ladder's spacing carries three times the error the ladder shows. For
+             two_term, distances are in log parameters and log tokens together, and the reach is the full
+             run's distance to the nearest rung.
   backtest   the largest scout left out and predicted from the others, against the naive predictor (the next
              largest scout's value): a law that does not beat repeating the last rung has no business
              extrapolating further.
@@ -64,13 +73,13 @@ class ForecastConfig(BaseModel):
     # strict: "0.5" is not a float, 1 is not a bool; an int is still accepted where a float is expected.
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    form: Literal["auto", "power_law", "power_law_floor"] = "auto"
+    form: Literal["auto", "power_law", "power_law_floor", "two_term"] = "auto"
     # Which held-out loss is fitted: "mean" (the unweighted mean over the buckets every scout reports) or
     # one bucket's name (e.g. "web/high").
     loss: str = "mean"
     # flops: 6 x matmul params + the full attention square; flops_causal: the attention term halved.
     compute: Literal["flops", "flops_causal"] = "flops"
-    exponent_bounds: list[float] = Field(default=[0.0, 2.0], min_length=2, max_length=2)  # b
+    exponent_bounds: list[float] = Field(default=[0.0, 2.0], min_length=2, max_length=2)  # b (alpha, beta)
     # E, as fractions of the lowest scout loss: the floor lies below every loss the ladder reached.
     floor_bounds: list[float] = Field(default=[0.0, 0.99], min_length=2, max_length=2)
     min_points_floor: int = Field(default=4, ge=4)  # `auto` fits the floor from this many scouts up
@@ -173,9 +182,11 @@ def scout_points(scouts: Sequence[Mapping], cfg: ForecastConfig, metric: str = "
         if cfg.loss == "mean" and len(buckets) > 1:
             raise ForecastError(f"the scouts report held-out losses of different buckets {sorted(buckets)}: their "
                                 f"means are not comparable; set forecast.loss to one bucket")
-    if len({p["compute"] for p in points}) < len(points):
-        same = sorted(p["name"] for p in points if sum(q["compute"] == p["compute"] for q in points) > 1)
-        raise ForecastError(f"scouts {same} have the same training compute: a ladder needs distinct rungs")
+    rung = [(p["compute"], p["params"], p["tokens"]) for p in points]  # one compute, two shapes: two rungs
+    if len(set(rung)) < len(points):
+        same = sorted(p["name"] for p, r in zip(points, rung) if rung.count(r) > 1)
+        raise ForecastError(f"scouts {same} have the same training compute, parameters and tokens: a ladder needs "
+                            f"distinct rungs")
     return sorted(points, key=lambda p: p["compute"]), excluded
 
 
@@ -265,57 +276,128 @@ def _fit_floor(c: np.ndarray, y: np.ndarray, cfg: ForecastConfig) -> dict:
     return {"log_A": float(best.x[0]), "b": float(best.x[1]), "E": float(best.x[2])}
 
 
+def _fit_two_term(n: np.ndarray, d: np.ndarray, y: np.ndarray, cfg: ForecastConfig,
+                  start: Mapping | None = None) -> dict:
+    """E + A (N/N_ref)^-alpha + B (D/D_ref)^-beta by least squares on log L, from a grid of starts (or from
+    `start`, a fit's raw parameters: a bootstrap draw moves the values a little and starts from the point fit)."""
+    from scipy.optimize import least_squares  # 0.8 s to import: only when a law is fitted, not when one is read
+
+    xn, xd = np.log(n / _ref(n)), np.log(d / _ref(d))
+    b_lo, b_hi = cfg.exponent_bounds
+    e_lo, e_hi = (f * float(y.min()) for f in cfg.floor_bounds)
+
+    def residuals(p):  # p = (log A, alpha, log B, beta, E)
+        return np.log(p[4] + np.exp(p[0] - p[1] * xn) + np.exp(p[2] - p[3] * xd)) - np.log(y)
+
+    lo, hi = np.array([-np.inf, b_lo, -np.inf, b_lo, e_lo]), np.array([np.inf, b_hi, np.inf, b_hi, e_hi])
+    if start is not None:
+        starts = [[start["log_A"], start["alpha"], start["log_B"], start["beta"], start["E"]]]
+    else:  # the two exponents and the floor trade off against each other: a grid, as Hoffmann et al. do
+        mid = float(np.log(max(float(y.mean()) - e_lo, 1e-9) / 2))
+        starts = [[mid, a0, mid, b0, e0] for a0 in np.linspace(b_lo, b_hi, 5)[1:-1]
+                  for b0 in np.linspace(b_lo, b_hi, 5)[1:-1] for e0 in (e_lo, (e_lo + e_hi) / 2)]
+    best = None
+    for s0 in starts:
+        s0 = np.clip(s0, lo + 1e-9, hi - 1e-9)
+        res = least_squares(residuals, s0, bounds=(lo, hi), x_scale="jac", xtol=1e-12, ftol=1e-12, gtol=1e-12)
+        if best is None or res.cost < best.cost:
+            best = res
+    log_a, alpha, log_b, beta, e = (float(v) for v in best.x)
+    return {"log_A": log_a, "alpha": alpha, "log_B": log_b, "beta": beta, "E": e, "n_ref": _ref(n), "d_ref": _ref(d)}
+
+
+# The tokens-per-parameter spread beyond which a ladder is not one line (the demo's rungs along one line differ by
+# under 1%: each rounds its budget to whole steps), and the rungs two_term needs to leave a degree of freedom.
+TWO_TERM_SPREAD = 1.5
+TWO_TERM_MIN = 6
+_NEED = {"power_law": 2, "power_law_floor": 3, "two_term": 5}  # the parameters each form fits
+
+
+def _auto_form(points: Sequence[Mapping], cfg: ForecastConfig) -> str:
+    """`auto`'s choice for these points (module docstring)."""
+    ratios = [p["tokens"] / p["params"] for p in points if p.get("params") and p.get("tokens")]
+    if len(points) >= TWO_TERM_MIN and len(ratios) == len(points) and max(ratios) > TWO_TERM_SPREAD * min(ratios):
+        return "two_term"
+    return "power_law_floor" if len(points) >= cfg.min_points_floor else "power_law"
+
+
 def _ref(c: np.ndarray) -> float:
     # Compute in units of the ladder's geometric mean: log C stays near 0, so A and b are fitted with
     # comparable scales (raw FLOPs are 1e10..1e24 and would make log A a large offset to b's slope).
     return float(np.exp(np.mean(np.log(c))))
 
 
-def law(params: Mapping, compute: float | np.ndarray) -> float | np.ndarray:
-    """L(C) = E + a * C^-b of a fit's parameters."""
+def law(params: Mapping, compute: float | np.ndarray, n: float | np.ndarray | None = None,
+        d: float | np.ndarray | None = None) -> float | np.ndarray:
+    """A fit's law at a run: L(C) = E + a * C^-b of its compute, or for two_term E + A N^-alpha + B D^-beta of its
+    parameters n and tokens d."""
+    if "alpha" in params:
+        if n is None or d is None:
+            raise ForecastError("the two_term law needs a run's parameters and tokens, not its compute alone")
+        return params["E"] + params["A"] * np.power(n, -params["alpha"]) + params["B"] * np.power(d, -params["beta"])
     return params["E"] + params["a"] * np.power(compute, -params["b"])
 
 
-def fit(points: Sequence[Mapping], cfg: ForecastConfig, what: str = "held-out loss") -> dict:
-    """Fit the configured form to points {compute, value}; returns form, parameters and residuals."""
+def _at(points: Sequence[Mapping] | Mapping) -> tuple:
+    """(compute, parameters, tokens) of a point, or arrays of them over a list of points, as law() takes them."""
+    if isinstance(points, Mapping):
+        return points["compute"], points.get("params"), points.get("tokens")
+    return tuple(np.array([p.get(k) if p.get(k) is not None else np.nan for p in points], dtype=float)
+                 for k in ("compute", "params", "tokens"))
+
+
+def fit(points: Sequence[Mapping], cfg: ForecastConfig, what: str = "held-out loss",
+        start: Mapping | None = None) -> dict:
+    """Fit the configured form to points {compute, value[, params, tokens]}; returns form, parameters (and the
+    raw ones, a refit's `start`) and residuals."""
     n = len(points)
-    form = cfg.form
-    if form == "auto":
-        form = "power_law_floor" if n >= cfg.min_points_floor else "power_law"
-    need = 2 if form == "power_law" else 3
+    form = _auto_form(points, cfg) if cfg.form == "auto" else cfg.form
+    need = _NEED[form]
     if n < need:
         raise ForecastError(f"forecast: the {form} form needs at least {need} scouts with a finite {what}, "
                             f"got {n}")
-    c = np.array([p["compute"] for p in points], dtype=float)
+    c, pn, pd = _at(points)
     y = np.array([p["value"] for p in points], dtype=float)
-    raw = _fit_power_law(c, y, cfg) if form == "power_law" else _fit_floor(c, y, cfg)
-    # Back to raw FLOPs: A (C/ref)^-b = A ref^b C^-b.
-    params = {"a": float(math.exp(raw["log_A"] + raw["b"] * math.log(_ref(c)))), "b": raw["b"], "E": raw["E"]}
-    fitted = law(params, c)
+    if form == "two_term":
+        if np.isnan(pn).any() or np.isnan(pd).any():
+            missing = [p["name"] for p in points if not (p.get("params") and p.get("tokens"))]
+            raise ForecastError(f"forecast: the two_term form needs every scout's params and tokens; {missing} "
+                                f"have none in their summaries")
+        raw = _fit_two_term(pn, pd, y, cfg, start)
+        # Back to raw units: A (N/N_ref)^-alpha = A N_ref^alpha N^-alpha, and so for B.
+        params = {"E": raw["E"], "A": float(math.exp(raw["log_A"] + raw["alpha"] * math.log(raw["n_ref"]))),
+                  "alpha": raw["alpha"], "B": float(math.exp(raw["log_B"] + raw["beta"] * math.log(raw["d_ref"]))),
+                  "beta": raw["beta"]}
+    else:
+        raw = _fit_power_law(c, y, cfg) if form == "power_law" else _fit_floor(c, y, cfg)
+        # Back to raw FLOPs: A (C/ref)^-b = A ref^b C^-b.
+        params = {"a": float(math.exp(raw["log_A"] + raw["b"] * math.log(_ref(c)))), "b": raw["b"], "E": raw["E"]}
+    fitted = law(params, c, pn, pd)
     log_res = np.log(fitted) - np.log(y)
     return {"form": form, "parameters": params,
             "residuals": [{"name": p["name"], "value": p["value"], "fitted": float(f), "log_residual": float(r)}
                           for p, f, r in zip(points, fitted, log_res)],
             "rms_log_residual": float(np.sqrt(np.mean(log_res ** 2))),
-            "degrees_of_freedom": n - need}
+            "degrees_of_freedom": n - need, "raw": raw}
 
 
-def _predict(points: Sequence[Mapping], compute: float, cfg: ForecastConfig, what: str) -> dict:
-    """One metric's forecast at `compute`: the fit, its prediction, the bootstrap interval, the back-test and
-    the naive prediction (module docstring)."""
+def _predict(points: Sequence[Mapping], target: Mapping, cfg: ForecastConfig, what: str) -> dict:
+    """One metric's forecast at the target ({compute, params, tokens}): the fit, its prediction, the bootstrap
+    interval, the back-test and the naive prediction (module docstring)."""
     result = fit(points, cfg, what)
-    predicted = float(law(result["parameters"], compute))
-    misfit = leave_one_out(points, cfg, result["form"], what, compute)
+    predicted = float(law(result["parameters"], *_at(target)))
+    misfit = leave_one_out(points, cfg, result["form"], what, target)
     out = {"form": result["form"], "parameters": result["parameters"], "points": list(points),
            "residuals": result["residuals"], "rms_log_residual": result["rms_log_residual"],
            "degrees_of_freedom": result["degrees_of_freedom"], "predicted": predicted,
            "naive": points[-1]["value"], "misfit": misfit,
-           "interval": _interval(points, compute, cfg, result["form"],
+           "interval": _interval(points, target, cfg, result,
                                  misfit["log_sigma"] if misfit and cfg.misfit else 0.0),
            "backtest": None}
-    try:  # the largest scout from the others, with the same form rule (auto counts the points left)
-        rest, held = points[:-1], points[-1]
-        back = float(law(fit(rest, cfg, what)["parameters"], held["compute"]))
+    try:  # the largest scout from the others, with the same form rule (auto counts the points left; a two-term
+        rest, held = points[:-1], points[-1]  # ladder keeps its form: one rung fewer is still no compute line)
+        rule = cfg.model_copy(update={"form": "two_term"}) if result["form"] == "two_term" else cfg
+        back = float(law(fit(rest, rule, what)["parameters"], *_at(held)))
         naive = rest[-1]["value"]
         out["backtest"] = {"held_out": held["name"], "actual": held["value"], "predicted": back,
                            "error": held["value"] - back, "relative_error": (held["value"] - back) / held["value"],
@@ -326,40 +408,58 @@ def _predict(points: Sequence[Mapping], compute: float, cfg: ForecastConfig, wha
     return out
 
 
-def leave_one_out(points: Sequence[Mapping], cfg: ForecastConfig, form: str, what: str, compute: float) -> dict | None:
+def leave_one_out(points: Sequence[Mapping], cfg: ForecastConfig, form: str, what: str, target: Mapping) -> dict | None:
     """The law's own error (module docstring, misfit): per rung, its log error when predicted from the others
-    and the log-compute distance to the nearest rung kept; their RMS ratio; the σ of log loss it gives at
-    `compute`. None when leaving a rung out leaves too few to fit the form."""
-    need = 2 if form == "power_law" else 3
-    if len(points) <= need:
+    and the log-compute distance to the nearest rung kept; their RMS ratio; the σ of log loss it gives at the
+    target's compute. None when leaving a rung out leaves too few to fit the form."""
+    if len(points) <= _NEED[form]:
         return None
     fixed = cfg.model_copy(update={"form": form})
     rows = []
     for i, p in enumerate(points):
         rest = [q for j, q in enumerate(points) if j != i]
-        predicted = float(law(fit(rest, fixed, what)["parameters"], p["compute"]))
+        predicted = float(law(fit(rest, fixed, what)["parameters"], *_at(p)))
         rows.append({"name": p["name"], "log_error": math.log(p["value"] / predicted),
-                     "distance": min(abs(math.log(p["compute"] / q["compute"])) for q in rest)})
-    per_unit = math.sqrt(sum((r["log_error"] / r["distance"]) ** 2 for r in rows) / len(rows))
-    reach = max(0.0, math.log(compute / max(p["compute"] for p in points)))
+                     "distance": min(_distance(p, q, form) for q in rest)})
+    # A rung of the same compute as one kept (a compute law over a ladder off one line) is no distance away:
+    # its error is not the law's reach, and it is left out of the rate.
+    rates = [r["log_error"] / r["distance"] for r in rows if r["distance"] > 0]
+    if not rates:
+        return None
+    per_unit = math.sqrt(sum(x * x for x in rates) / len(rates))
+    if form == "two_term":  # how far the target lies from the nearest rung, in log parameters and log tokens
+        reach = min(_distance(target, q, form) for q in points)
+    else:  # how far past the largest rung, along the compute line
+        reach = max(0.0, math.log(target["compute"] / max(p["compute"] for p in points)))
     return {"rungs": rows, "log_error_per_log_compute": per_unit, "reach": reach, "log_sigma": per_unit * reach}
 
 
-def _interval(points: Sequence[Mapping], compute: float, cfg: ForecastConfig, form: str,
+def _distance(p: Mapping, q: Mapping, form: str) -> float:
+    """How far apart two runs are for the law: in log compute, or for two_term in log parameters and log tokens
+    (two rungs of like compute, one wide and short, one narrow and long, are far apart for it)."""
+    if form == "two_term":
+        return math.hypot(math.log(p["params"] / q["params"]), math.log(p["tokens"] / q["tokens"]))
+    return abs(math.log(p["compute"] / q["compute"]))
+
+
+def _interval(points: Sequence[Mapping], target: Mapping, cfg: ForecastConfig, result: Mapping,
               log_misfit: float = 0.0) -> list[float] | None:
     """The central cfg.interval of predictions refitted on draws of every rung's value within its noise, each
-    moved by the law's misfit (a log-normal factor of σ `log_misfit`)."""
+    moved by the law's misfit (a log-normal factor of σ `log_misfit`). A two-term draw starts from the point
+    fit (the values move within their noise; the grid of starts would cost 18 fits a draw)."""
     sigmas = [p["sigma"] for p in points]
     if cfg.bootstrap == 0 or any(s is None for s in sigmas):
         return None
     rng = np.random.default_rng(cfg.seed)
-    fixed = cfg.model_copy(update={"form": form})  # every draw fits the form the forecast took
+    fixed = cfg.model_copy(update={"form": result["form"]})  # every draw fits the form the forecast took
+    start = result["raw"] if result["form"] == "two_term" else None
     values = np.array([p["value"] for p in points])
     draws = []
     for _ in range(cfg.bootstrap):
         moved = np.maximum(values + rng.normal(0.0, sigmas), 1e-6 * values)
         pts = [dict(p, value=float(v)) for p, v in zip(points, moved)]
-        draws.append(float(law(fit(pts, fixed)["parameters"], compute)) * math.exp(rng.normal(0.0, log_misfit)))
+        draws.append(float(law(fit(pts, fixed, start=start)["parameters"], *_at(target)))
+                     * math.exp(rng.normal(0.0, log_misfit)))
     tail = (1 - cfg.interval) / 2 * 100
     return [float(np.percentile(draws, tail)), float(np.percentile(draws, 100 - tail))]
 
@@ -377,12 +477,13 @@ def fit_and_predict(scouts: Sequence[Mapping], target: Mapping, form: ForecastCo
     cfg = form if isinstance(form, ForecastConfig) else parse_forecast(form)
     points, excluded = scout_points(scouts, cfg, "loss")
     compute = _compute_of(target, cfg.compute, "target")
-    loss = _predict(points, compute, cfg, "held-out loss")
+    where = {"compute": compute, "params": target.get("params"), "tokens": target.get("tokens")}
+    loss = _predict(points, where, cfg, "held-out loss")
     bpb = None
     if any((s.get("benchmarks_mean") or {}).get("bpb") is not None for s in scouts):
         bpb_points, bpb_excluded = scout_points(scouts, cfg, "bpb")
         try:
-            bpb = {**_predict(bpb_points, compute, cfg, "benchmark bits per byte"), "excluded": bpb_excluded}
+            bpb = {**_predict(bpb_points, where, cfg, "benchmark bits per byte"), "excluded": bpb_excluded}
         except ForecastError as exc:
             bpb = {"skipped": str(exc), "excluded": bpb_excluded}
     buckets = sorted({b for s in scouts if isinstance(s.get("heldout_loss"), Mapping) for b in s["heldout_loss"]})
@@ -422,7 +523,8 @@ def compare(prediction: Mapping, actual_summary: Mapping) -> dict:
     predicted = float(prediction["predicted_loss"])
     # Did the run train the compute the forecast assumed? When not, the prediction at the actual compute
     # separates a wrong law from a wrong guess of the run's size.
-    at_actual = float(law(prediction["parameters"], compute))
+    at_actual = float(law(prediction["parameters"], compute, actual_summary.get("params"),
+                          actual_summary.get("tokens")))
     out = {
         "loss": cfg.loss,
         "predicted_loss": predicted,

@@ -607,9 +607,14 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
     hi = max(target, max(p["compute"] for p in pts)) * 1.5
     grid = np.geomspace(lo, hi, 200)
     par = prediction["parameters"]
-    ax.plot(grid, law(par, grid), color="#777777", lw=1,
-            label=f"fit: {par['E']:.3g} + {par['a']:.3g}·C^-{par['b']:.3g}" if par["E"] else
-            f"fit: {par['a']:.3g}·C^-{par['b']:.3g}")
+    if "alpha" in par:  # a law in parameters and tokens has no curve in compute: its value at each rung
+        ax.scatter([p["compute"] for p in pts], [r["fitted"] for r in prediction["residuals"]], marker="x",
+                   color="#777777", zorder=3, label=f"fit: {par['E']:.3g} + {par['A']:.3g}·N^-{par['alpha']:.3g} + "
+                                                    f"{par['B']:.3g}·D^-{par['beta']:.3g}")
+    else:
+        ax.plot(grid, law(par, grid), color="#777777", lw=1,
+                label=f"fit: {par['E']:.3g} + {par['a']:.3g}·C^-{par['b']:.3g}" if par["E"] else
+                f"fit: {par['a']:.3g}·C^-{par['b']:.3g}")
     ax.scatter([target], [prediction["predicted_loss"]], marker="*", s=160, color=DROPPED, zorder=4,
                label="forecast (before the run)")
     if prediction.get("interval"):
