@@ -153,7 +153,7 @@ def _sized(n_params, tokens, loss_of, sigma=None):
     return out
 
 
-def test_two_term_law_is_recovered_where_a_law_in_compute_misses():
+def test_two_term_law_is_recovered_where_a_law_in_compute_misses(tmp_path):
     """A ladder off one tokens-per-parameter line (three rungs along it, three narrower ones trained longer): the
     law in parameters and tokens is recovered and carried to the full run; a law in compute fitted to the same
     rungs misses it, because at the full run's tokens width buys little (the demo's case, RESULTS.md)."""
@@ -180,6 +180,12 @@ def test_two_term_law_is_recovered_where_a_law_in_compute_misses():
     out = F.fit_and_predict(noisy, full, {"bootstrap": 200})
     lo, hi = out["interval"]
     assert out["form"] == "two_term" and lo < true(2e6, 4e7) < hi and out["misfit"]["reach"] > 0
+    # The report draws it: no curve in compute, each rung's fitted value, the form and its five parameters.
+    from tokenmill.report.sections import Plots, scaling
+
+    section = scaling(Plots(tmp_path), out, F.compare(out, {**full, "heldout_loss": {"web": true(2e6, 4e7)}}), None, "")
+    assert (tmp_path / "plots" / "scaling.png").stat().st_size > 0 and "two_term" in "".join(section.html)
+    assert all(k in "".join(section.html) for k in ("alpha", "beta"))
 
 
 def test_auto_takes_two_term_only_off_one_line_and_with_enough_rungs():
