@@ -16,9 +16,9 @@ parameters exactly, leaving nothing to check the fit against. It takes two_term 
 tokens-per-parameter line (its rungs' ratios differ by more than TWO_TERM_SPREAD) and has TWO_TERM_MIN rungs: a
 law in compute alone reads such a ladder as scatter, and it cannot tell a full run bound by its width from one
 bound by its tokens (on the demo a 32-wide rung at the full run's tokens reaches its held-out loss, and every
-compute law missed the full run by 6-16%: RESULTS.md, "Why the forecast misses"). All are fitted by least squares on log L
-(scipy.optimize.least_squares, bounded): the losses of a ladder span a small range, and log residuals
-weigh every rung alike. The full run's compute comes from its configuration before it trains
+compute law missed the full run by 6-16%: RESULTS.md, "Why the forecast misses"). All are fitted by least
+squares on log L (scipy.optimize.least_squares, bounded): the losses of a ladder span a small range, and log
+residuals weigh every rung alike. The full run's compute comes from its configuration before it trains
 (`target_of`), so the prediction is written before the run starts; `compare` scores it when it ends.
 
 A rung trained with several seeds (scouts.<rung>.seeds, its replicas under data/train/scout/<rung>/replicas)
