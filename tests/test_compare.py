@@ -77,8 +77,8 @@ def test_training_noise_can_hold_back_a_verdict():
 
 def test_seed_replicas_of_a_full_run_are_its_training_noise():
     """Experiments whose parameters differ only in the seeds are one recipe: the spread of their full runs is
-    that recipe's noise where the scouts' estimate is smaller (the demo's full run moved ten times more than its
-    scouts, RESULTS "Compare"), and a replica is no rival of the winner."""
+    that recipe's noise where the scouts' estimate is smaller (a rung's 2 seeds can give a sixth of its σ: RESULTS,
+    "The full run's seed spread against its ladder's"), and a replica is no rival of the winner."""
     base = C.recipe_of({"train": {"seed": 0, "data_seed": 0, "lr": 1e-3}, "mixture": {"name": "default"}})
     assert base == C.recipe_of({"train": {"seed": 1, "data_seed": 1, "lr": 1e-3}, "mixture": {"name": "default"}})
     assert base != C.recipe_of({"train": {"seed": 0, "data_seed": 0, "lr": 2e-3}, "mixture": {"name": "default"}})
@@ -100,6 +100,13 @@ def test_seed_replicas_of_a_full_run_are_its_training_noise():
     scouts_only = C.compare([run("base", 0.0, 1, "a"), run("mix", -0.15, 3, "b")], "arc_easy.bpb")
     assert scouts_only["winner"] == "mix"
     assert "no full-run seed replica for base, mix" in scouts_only["verdict"]  # what it could not measure
+    for e in (exps := [run("base", 0.0, 1, "a"), run("mix", -0.15, 3, "b")]):
+        e.seed_source = ("s2", 2)
+    # ... and how little the scouts' σ rests on: 2 seeds are one degree of freedom, the true σ up to 16x it
+    # (χ²: sqrt(1 / 0.00393) = 15.95 at the 5% quantile; on the demo s2's first 2 seeds gave a sixth of its 6 seeds')
+    assert ("s2's 2 seeds: 1 degree of freedom, the true σ between 0.5x and 16x the measured one at 90%"
+            in C.compare(exps, "arc_easy.bpb")["verdict"])
+    assert "5 degrees of freedom, the true σ between 0.7x and 2.1x" in C.seed_sigma_range("s2", 6)
     # The baseline's seeds 0.02 apart: the same other mixture wins, and the baseline's seed replica is not a
     # rival of the baseline when the baseline is best.
     close = [run("base", 0.0, 1, base), run("base-seed1", 0.02, 2, base), run("mix", -0.15, 3, other)]

@@ -184,5 +184,6 @@ def test_scouts_seed_spread_is_relative_and_from_the_largest_seeded_rung_by_hand
         "data/train/scout/s3/summary.json": summary(99, 1.0, 0.9),
         "data/train/scout/s3/replicas/seed1/run.json": {},  # a replica that has not finished: no summary
     }
-    noise = C._seed_noise(_Files(files), "rev", "exp")
+    noise, source = C._seed_noise(_Files(files), "rev", "exp")
     assert noise == pytest.approx({"heldout_mean": 0.2 / 3.2, "benchmarks_mean.acc": 0.04 / 0.34})
+    assert source == ("s2", 3)  # the verdict names where the σ came from and how many seeds it rests on

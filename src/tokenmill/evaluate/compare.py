@@ -15,8 +15,9 @@ For every pair of experiments the difference of a metric is judged against two k
            (relative to its value, carried to the full run's value; tokenmill.evaluate.signal).
            When the compared experiments hold seed replicas of a full run — experiments whose params.yaml differ
            only in train.seed and train.data_seed, the same recipe — the spread of their values is that
-           recipe's training noise where it is larger: on the demo the full run moved about ten times more
-           with the seed than its scouts did (RESULTS.md, "Compare").
+           recipe's training noise where it is larger: a rung's 2 seeds are one degree of freedom, and on the
+           demo they gave a sixth of the σ its 6 seeds give, which is the full run's (RESULTS.md, "The full
+           run's seed spread against its ladder's"); the verdict says how many seeds the scouts' σ rests on.
 The difference wins when it exceeds k = 2 times sqrt(σ_items² + σ_train,a² + σ_train,b²), the rule of
 tokenmill.evaluate.signal.separated; otherwise the verdict is "no winner: the difference is within the noise".
 The winner must be separated from every experiment of another recipe; its own seed replicas are not rivals.
@@ -64,6 +65,7 @@ class Experiment:
     items: dict[str, dict[str, dict]] = field(default_factory=dict)  # benchmark: item_id: scores
     noise: dict[str, float] = field(default_factory=dict)  # metric: σ of the full run's noise window
     seed_noise: dict[str, float] = field(default_factory=dict)  # metric: relative seed spread of the scouts
+    seed_source: tuple[str, int] | None = None  # the rung seed_noise comes from, and its number of seeds
     mixture: dict = field(default_factory=dict)  # metrics/mixture.json
     heldout_loss: float | None = None  # the full run's final held-out loss (mean over buckets), nats per token
     decision_metric: str | None = None
@@ -186,7 +188,7 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
     exp.noise = {k: v for k, v in (summary.get("noise") or {}).items() if isinstance(v, (int, float))}
     heldout = summary.get("heldout_loss") or {}
     exp.heldout_loss = sum(heldout.values()) / len(heldout) if heldout else None
-    exp.seed_noise = _seed_noise(fs, rev, name)
+    exp.seed_noise, exp.seed_source = _seed_noise(fs, rev, name)
     exp.mixture = _read_json(fs, "metrics/mixture.json", rev, name, missing_ok=True) or {}
     evaluated = _read_json(fs, "metrics/evaluate.json", rev, name, missing_ok=True) or {}
     exp.decision_metric = evaluated.get("decision_metric")
@@ -210,26 +212,28 @@ def load_all(chosen: Sequence[tuple[str, str]], repo: str = ".",
     return exps, unreadable
 
 
-def _seed_noise(fs, rev: str, name: str) -> dict[str, float]:
-    """{metric: the seed σ relative to the value} of the largest scout rung trained with several seeds (its
-    summary and its replicas' under data/train/scout/<rung>, tokenmill.train.stage), per metric of
-    tokenmill.evaluate.signal.run_figures: heldout_mean, benchmarks_mean.<m>, <benchmark>.<m>."""
-    best, best_params = {}, -1
+def _seed_noise(fs, rev: str, name: str) -> tuple[dict[str, float], tuple[str, int] | None]:
+    """({metric: the seed σ relative to the value}, (rung, seeds)) of the largest scout rung trained with several
+    seeds (its summary and its replicas' under data/train/scout/<rung>, tokenmill.train.stage), per metric of
+    tokenmill.evaluate.signal.run_figures: heldout_mean, benchmarks_mean.<m>, <benchmark>.<m>. The largest, not
+    a pool over the rungs: on the demo the smallest rung's relative σ is a quarter of the full run's, the next
+    one's equals it (RESULTS.md, "The full run's seed spread against its ladder's")."""
+    best, best_params, source = {}, -1, None
     try:
         rungs = fs.ls("data/train/scout", detail=False)
     except FileNotFoundError:
-        return {}
+        return {}, None
     for rung in rungs:
         summaries = _rung_summaries(fs, rung.lstrip("/"), rev, name)
         if len(summaries) < 2 or (summaries[0].get("params") or 0) <= best_params:
             continue
-        best_params, best = summaries[0]["params"], {}
+        best_params, best, source = summaries[0]["params"], {}, (rung.rstrip("/").rsplit("/", 1)[-1], len(summaries))
         figures = [run_figures(s) for s in summaries]
         for metric in set.intersection(*(set(f) for f in figures)):
             values = np.array([f[metric][0] for f in figures], dtype=float)
             if values.mean():
                 best[metric] = float(values.std(ddof=1) / abs(values.mean()))
-    return best
+    return best, source
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -290,6 +294,17 @@ def training_sigma(exp: Experiment, metric: str, value: float) -> float:
     known = [s for s in (window, None if relative_seed is None else relative_seed * value,
                          exp.replica_noise.get(metric)) if s is not None]
     return max(known) if known else 0.0
+
+
+def seed_sigma_range(rung: str, seeds: int) -> str:
+    """How far a σ over `seeds` seeds may be from the true one: its 90% interval (χ² with seeds − 1 degrees of
+    freedom) as factors of it."""
+    from scipy import stats  # only when a verdict carries it
+
+    df = seeds - 1
+    low, high = (math.sqrt(df / stats.chi2.ppf(q, df)) for q in (0.95, 0.05))
+    return (f"{rung}'s {seeds} seeds: {df} degree{'s' if df > 1 else ''} of freedom, the true σ between "
+            f"{low:.1f}x and {high:.{0 if high >= 10 else 1}f}x the measured one at 90%")
 
 
 def replicas(exps: Sequence[Experiment]) -> dict[str, list[str]]:
@@ -355,10 +370,13 @@ def compare(exps: Sequence[Experiment], metric: str) -> dict:
     unseeded = [e.name for e in exps if not e.seed_noise and not e.replica_noise]
     single = [e.name for e in exps if e.seed_noise and not e.replica_noise]
     if single:
-        # The scouts' seed spread carried to the full run: on the demo the full run moved about ten times more
-        # with the seed than its scouts (RESULTS.md, "Compare"); only a second seed of the recipe measures it.
+        # The scouts' seed spread carried to the full run. On the demo the rung below it moves as much (relative
+        # σ 0.93% over 6 seeds, the full run 1.0% over 3), but a rung's 2 seeds are one degree of freedom: their
+        # σ was a sixth of that (RESULTS.md, "The full run's seed spread against its ladder's").
+        sources = sorted({e.seed_source for e in exps if e.name in single and e.seed_source})
         verdict += (f" — no full-run seed replica for {', '.join(single)} (the same parameters with train.seed and "
-                    f"train.data_seed changed): its training noise is carried from its scouts")
+                    f"train.data_seed changed): its training noise is carried from its scouts "
+                    f"({'; '.join(seed_sigma_range(rung, n) for rung, n in sources)})")
     if unseeded:
         # Without seed replicas the training noise is the checkpoint noise alone, which can be far smaller
         # than a second seed's move (RESULTS.md, "Compare": seed pairs of the e2e build moved the held-out code
