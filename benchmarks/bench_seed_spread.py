@@ -29,11 +29,15 @@ import argparse
 import importlib.util
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import yaml
 from scipy import stats
+
+from tokenmill.evaluate.compare import SEED_RECORD
+from tokenmill.evaluate.signal import run_figures
 
 _spec = importlib.util.spec_from_file_location("bench_decision_accuracy",
                                                Path(__file__).with_name("bench_decision_accuracy.py"))
@@ -80,6 +84,29 @@ def read_runs(work: Path, recipe: str, full_seeds: int) -> dict:
     return runs
 
 
+def write_record(project: Path, work: Path, recipe: str, overrides: list[str]) -> None:
+    """The seed record (tokenmill.evaluate.compare.SEED_RECORD): per rung its parameter count, seeds and the relative
+    seed σ of every metric of tokenmill.evaluate.signal.run_figures, which compare pools with an experiment's own
+    replicas of the same rung."""
+    rungs = {}
+    for summary in sorted((work / recipe / "seed0/data/train").glob("scout/*/summary.json")):
+        runs = [json.loads(p.read_text()) for p in [summary, *summary.parent.glob("replicas/*/summary.json")]]
+        figures = [run_figures(s) for s in runs]
+        rel = {}
+        for metric in sorted(set.intersection(*(set(f) for f in figures))):
+            values = np.array([f[metric][0] for f in figures], dtype=float)
+            if len(values) > 1 and values.mean():
+                rel[metric] = round(float(values.std(ddof=1) / abs(values.mean())), 6)
+        rungs[summary.parent.name] = {"params": runs[0]["params"], "seeds": len(runs), "relative_sigma": rel}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project, capture_output=True,
+                            text=True).stdout.strip()
+    out = project / SEED_RECORD
+    out.write_text(json.dumps({"measured_on": f"the demo (recipe {recipe}) at commit {commit}", "overrides": overrides,
+                               "source": "benchmarks/bench_seed_spread.py; RESULTS.md, \"The full run's seed spread "
+                                         "against its ladder's\"", "rungs": rungs}, indent=1, sort_keys=True) + "\n")
+    print(f"written: {out}")
+
+
 def predictions(runs: dict, metric: str) -> dict[str, tuple[float, int]]:
     """{rule: (the σ the ladder predicts for the full run's metric, its degrees of freedom)} (module docstring):
     each replicated rung's relative σ carried to the full run (the largest is compare's rule; a rung with more
@@ -124,6 +151,8 @@ def main() -> None:
         seconds = decide.train_recipe(project, work, args.recipe, overrides, args.full_seeds)
         print(json.dumps({k: round(v, 1) for k, v in seconds.items()}), flush=True)
     runs = read_runs(work, args.recipe, args.full_seeds)
+    if not args.set:  # the scale's own recipe: the record compare pools a rung's few seeds with
+        write_record(project, work, args.recipe, overrides)
     full_flops = runs["full"]["flops"]
     (work / "figures.json").write_text(json.dumps({"overrides": overrides, "runs": runs}, indent=1))
 

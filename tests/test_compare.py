@@ -101,12 +101,16 @@ def test_seed_replicas_of_a_full_run_are_its_training_noise():
     assert scouts_only["winner"] == "mix"
     assert "no full-run seed replica for base, mix" in scouts_only["verdict"]  # what it could not measure
     for e in (exps := [run("base", 0.0, 1, "a"), run("mix", -0.15, 3, "b")]):
-        e.seed_source = ("s2", 2)
+        e.seed_source = ("s2", 2, 0)
     # ... and how little the scouts' σ rests on: 2 seeds are one degree of freedom, the true σ up to 16x it
     # (χ²: sqrt(1 / 0.00393) = 15.95 at the 5% quantile; on the demo s2's first 2 seeds gave a sixth of its 6 seeds')
     assert ("s2's 2 seeds: 1 degree of freedom, the true σ between 0.5x and 16x the measured one at 90%"
             in C.compare(exps, "arc_easy.bpb")["verdict"])
     assert "5 degrees of freedom, the true σ between 0.7x and 2.1x" in C.seed_sigma_range("s2", 6)
+    # 2 seeds of the experiment pooled with 6 of the seed record: 1 + 5 = 6 degrees of freedom
+    # (sqrt(6 / 12.59) = 0.69, sqrt(6 / 1.635) = 1.92)
+    assert ("s2's 2 seeds pooled with the 6 of the seed record (benchmarks/decision/seed_record.json): 6 degrees "
+            "of freedom, the true σ between 0.7x and 1.9x") in C.seed_sigma_range("s2", 2, 6)
     # The baseline's seeds 0.02 apart: the same other mixture wins, and the baseline's seed replica is not a
     # rival of the baseline when the baseline is best.
     close = [run("base", 0.0, 1, base), run("base-seed1", 0.02, 2, base), run("mix", -0.15, 3, other)]

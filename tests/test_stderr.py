@@ -186,4 +186,15 @@ def test_scouts_seed_spread_is_relative_and_from_the_largest_seeded_rung_by_hand
     }
     noise, source = C._seed_noise(_Files(files), "rev", "exp")
     assert noise == pytest.approx({"heldout_mean": 0.2 / 3.2, "benchmarks_mean.acc": 0.04 / 0.34})
-    assert source == ("s2", 3)  # the verdict names where the σ came from and how many seeds it rests on
+    assert source == ("s2", 3, 0)  # the verdict names where the σ came from and how many seeds it rests on
+    # A seed record that measured s2 (the same parameter count) with 6 seeds at a relative σ of 0.1 on the held-out
+    # loss: pooled by degrees of freedom, (2 x 0.0625^2 + 5 x 0.1^2) / 7 = 0.0082589 -> 0.0908789; acc, which
+    # the record lacks, keeps the rung's own. A record of another shape of s2 (params 21) is not this rung's.
+    record = {"rungs": {"s2": {"params": 20, "seeds": 6, "relative_sigma": {"heldout_mean": 0.1}},
+                        "s1": {"params": 10, "seeds": 6, "relative_sigma": {"heldout_mean": 0.5}}}}
+    noise, source = C._seed_noise(_Files(files), "rev", "exp", record)
+    assert noise == pytest.approx({"heldout_mean": 0.0908789, "benchmarks_mean.acc": 0.04 / 0.34}, rel=1e-5)
+    assert source == ("s2", 3, 6)
+    record["rungs"]["s2"]["params"] = 21
+    assert C._seed_noise(_Files(files), "rev", "exp", record) == (pytest.approx(
+        {"heldout_mean": 0.2 / 3.2, "benchmarks_mean.acc": 0.04 / 0.34}), ("s2", 3, 0))

@@ -17,7 +17,8 @@ For every pair of experiments the difference of a metric is judged against two k
            only in train.seed and train.data_seed, the same recipe — the spread of their values is that
            recipe's training noise where it is larger: a rung's 2 seeds are one degree of freedom, and on the
            demo they gave a sixth of the σ its 6 seeds give, which is the full run's (RESULTS.md, "The full
-           run's seed spread against its ladder's"); the verdict says how many seeds the scouts' σ rests on.
+           run's seed spread against its ladder's"). So the rung's seeds are pooled with the seed record's
+           (SEED_RECORD) where it measured that rung, and the verdict says how many seeds the σ rests on.
 The difference wins when it exceeds k = 2 times sqrt(σ_items² + σ_train,a² + σ_train,b²), the rule of
 tokenmill.evaluate.signal.separated; otherwise the verdict is "no winner: the difference is within the noise".
 The winner must be separated from every experiment of another recipe; its own seed replicas are not rivals.
@@ -36,6 +37,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -65,7 +67,7 @@ class Experiment:
     items: dict[str, dict[str, dict]] = field(default_factory=dict)  # benchmark: item_id: scores
     noise: dict[str, float] = field(default_factory=dict)  # metric: σ of the full run's noise window
     seed_noise: dict[str, float] = field(default_factory=dict)  # metric: relative seed spread of the scouts
-    seed_source: tuple[str, int] | None = None  # the rung seed_noise comes from, and its number of seeds
+    seed_source: tuple[str, int, int] | None = None  # the rung seed_noise comes from, its seeds, the record's seeds
     mixture: dict = field(default_factory=dict)  # metrics/mixture.json
     heldout_loss: float | None = None  # the full run's final held-out loss (mean over buckets), nats per token
     decision_metric: str | None = None
@@ -188,7 +190,7 @@ def load(name: str, rev: str, repo: str = ".") -> Experiment:
     exp.noise = {k: v for k, v in (summary.get("noise") or {}).items() if isinstance(v, (int, float))}
     heldout = summary.get("heldout_loss") or {}
     exp.heldout_loss = sum(heldout.values()) / len(heldout) if heldout else None
-    exp.seed_noise, exp.seed_source = _seed_noise(fs, rev, name)
+    exp.seed_noise, exp.seed_source = _seed_noise(fs, rev, name, load_seed_record(repo))
     exp.mixture = _read_json(fs, "metrics/mixture.json", rev, name, missing_ok=True) or {}
     evaluated = _read_json(fs, "metrics/evaluate.json", rev, name, missing_ok=True) or {}
     exp.decision_metric = evaluated.get("decision_metric")
@@ -212,12 +214,25 @@ def load_all(chosen: Sequence[tuple[str, str]], repo: str = ".",
     return exps, unreadable
 
 
-def _seed_noise(fs, rev: str, name: str) -> tuple[dict[str, float], tuple[str, int] | None]:
-    """({metric: the seed σ relative to the value}, (rung, seeds)) of the largest scout rung trained with several
-    seeds (its summary and its replicas' under data/train/scout/<rung>, tokenmill.train.stage), per metric of
-    tokenmill.evaluate.signal.run_figures: heldout_mean, benchmarks_mean.<m>, <benchmark>.<m>. The largest, not
-    a pool over the rungs: on the demo the smallest rung's relative σ is a quarter of the full run's, the next
-    one's equals it (RESULTS.md, "The full run's seed spread against its ladder's")."""
+SEED_RECORD = Path("benchmarks/decision/seed_record.json")  # benchmarks/bench_seed_spread.py writes it
+
+
+def load_seed_record(repo: str | Path = ".") -> dict | None:
+    """The measured seed spread per rung in a project (None when it was never measured there)."""
+    path = Path(repo) / SEED_RECORD
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _seed_noise(fs, rev: str, name: str, record: Mapping | None = None
+                ) -> tuple[dict[str, float], tuple[str, int, int] | None]:
+    """({metric: the seed σ relative to the value}, (rung, seeds, the record's seeds)) of the largest scout rung
+    trained with several seeds (its summary and its replicas' under data/train/scout/<rung>, tokenmill.train.stage),
+    per metric of tokenmill.evaluate.signal.run_figures: heldout_mean, benchmarks_mean.<m>, <benchmark>.<m>.
+    The largest, not a pool over the rungs: on the demo the smallest rung's relative σ is a quarter of the full
+    run's, the next one's equals it. Where the seed record measured that rung (the same parameter count) the
+    rung's own variance is pooled with the record's, each weighted by its degrees of freedom: the demo ladder's
+    2 seeds are one degree of freedom, and there its first two gave a sixth of the σ of six (RESULTS.md, "The full
+    run's seed spread against its ladder's")."""
     best, best_params, source = {}, -1, None
     try:
         rungs = fs.ls("data/train/scout", detail=False)
@@ -227,12 +242,22 @@ def _seed_noise(fs, rev: str, name: str) -> tuple[dict[str, float], tuple[str, i
         summaries = _rung_summaries(fs, rung.lstrip("/"), rev, name)
         if len(summaries) < 2 or (summaries[0].get("params") or 0) <= best_params:
             continue
-        best_params, best, source = summaries[0]["params"], {}, (rung.rstrip("/").rsplit("/", 1)[-1], len(summaries))
+        label = rung.rstrip("/").rsplit("/", 1)[-1]
+        measured = ((record or {}).get("rungs") or {}).get(label)
+        if not measured or measured.get("params") != summaries[0].get("params"):
+            measured = None  # another shape of the rung: its record is not this rung's
+        best_params, best, source = summaries[0]["params"], {}, (label, len(summaries), 0)
         figures = [run_figures(s) for s in summaries]
         for metric in set.intersection(*(set(f) for f in figures)):
             values = np.array([f[metric][0] for f in figures], dtype=float)
-            if values.mean():
-                best[metric] = float(values.std(ddof=1) / abs(values.mean()))
+            if not values.mean():
+                continue
+            relative, dof = float(values.std(ddof=1) / abs(values.mean())), len(values) - 1
+            if measured and metric in measured["relative_sigma"]:
+                m = measured["seeds"] - 1
+                relative = math.sqrt((dof * relative ** 2 + m * measured["relative_sigma"][metric] ** 2) / (dof + m))
+                source = (label, len(summaries), measured["seeds"])
+            best[metric] = relative
     return best, source
 
 
@@ -296,14 +321,15 @@ def training_sigma(exp: Experiment, metric: str, value: float) -> float:
     return max(known) if known else 0.0
 
 
-def seed_sigma_range(rung: str, seeds: int) -> str:
-    """How far a σ over `seeds` seeds may be from the true one: its 90% interval (χ² with seeds − 1 degrees of
-    freedom) as factors of it."""
+def seed_sigma_range(rung: str, seeds: int, recorded: int = 0) -> str:
+    """How far a σ over `seeds` seeds (pooled with `recorded` seeds of the seed record) may be from the true one:
+    its 90% interval (χ² with the degrees of freedom of both) as factors of it."""
     from scipy import stats  # only when a verdict carries it
 
-    df = seeds - 1
+    df = seeds - 1 + max(recorded - 1, 0)
     low, high = (math.sqrt(df / stats.chi2.ppf(q, df)) for q in (0.95, 0.05))
-    return (f"{rung}'s {seeds} seeds: {df} degree{'s' if df > 1 else ''} of freedom, the true σ between "
+    pooled = f" pooled with the {recorded} of the seed record ({SEED_RECORD})" if recorded else ""
+    return (f"{rung}'s {seeds} seeds{pooled}: {df} degree{'s' if df > 1 else ''} of freedom, the true σ between "
             f"{low:.1f}x and {high:.{0 if high >= 10 else 1}f}x the measured one at 90%")
 
 
@@ -376,7 +402,7 @@ def compare(exps: Sequence[Experiment], metric: str) -> dict:
         sources = sorted({e.seed_source for e in exps if e.name in single and e.seed_source})
         verdict += (f" — no full-run seed replica for {', '.join(single)} (the same parameters with train.seed and "
                     f"train.data_seed changed): its training noise is carried from its scouts "
-                    f"({'; '.join(seed_sigma_range(rung, n) for rung, n in sources)})")
+                    f"({'; '.join(seed_sigma_range(*s) for s in sources)})")
     if unseeded:
         # Without seed replicas the training noise is the checkpoint noise alone, which can be far smaller
         # than a second seed's move (RESULTS.md, "Compare": seed pairs of the e2e build moved the held-out code
