@@ -36,8 +36,7 @@ import numpy as np
 import yaml
 from scipy import stats
 
-from tokenmill.evaluate.compare import SEED_RECORD
-from tokenmill.evaluate.signal import run_figures
+from tokenmill.evaluate.compare import SEED_RECORD, relative_seed_sigma
 
 _spec = importlib.util.spec_from_file_location("bench_decision_accuracy",
                                                Path(__file__).with_name("bench_decision_accuracy.py"))
@@ -91,13 +90,9 @@ def write_record(project: Path, work: Path, recipe: str, overrides: list[str]) -
     rungs = {}
     for summary in sorted((work / recipe / "seed0/data/train").glob("scout/*/summary.json")):
         runs = [json.loads(p.read_text()) for p in [summary, *summary.parent.glob("replicas/*/summary.json")]]
-        figures = [run_figures(s) for s in runs]
-        rel = {}
-        for metric in sorted(set.intersection(*(set(f) for f in figures))):
-            values = np.array([f[metric][0] for f in figures], dtype=float)
-            if len(values) > 1 and values.mean():
-                rel[metric] = round(float(values.std(ddof=1) / abs(values.mean())), 6)
-        rungs[summary.parent.name] = {"params": runs[0]["params"], "seeds": len(runs), "relative_sigma": rel}
+        if len(runs) > 1:
+            rel = {m: round(s, 6) for m, s in relative_seed_sigma(runs).items()}
+            rungs[summary.parent.name] = {"params": runs[0]["params"], "seeds": len(runs), "relative_sigma": rel}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project, capture_output=True,
                             text=True).stdout.strip()
     out = project / SEED_RECORD

@@ -223,6 +223,18 @@ def load_seed_record(repo: str | Path = ".") -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def relative_seed_sigma(summaries: Sequence[Mapping]) -> dict[str, float]:
+    """{metric: the sample σ over a rung's seed replicas relative to their mean} for every metric of
+    tokenmill.evaluate.signal.run_figures the summaries share (the seed record holds these; compare pools them)."""
+    figures = [run_figures(s) for s in summaries]
+    out = {}
+    for metric in sorted(set.intersection(*(set(f) for f in figures))):
+        values = np.array([f[metric][0] for f in figures], dtype=float)
+        if values.mean():
+            out[metric] = float(values.std(ddof=1) / abs(values.mean()))
+    return out
+
+
 def _seed_noise(fs, rev: str, name: str, record: Mapping | None = None
                 ) -> tuple[dict[str, float], tuple[str, int, int] | None]:
     """({metric: the seed σ relative to the value}, (rung, seeds, the record's seeds)) of the largest scout rung
@@ -247,12 +259,8 @@ def _seed_noise(fs, rev: str, name: str, record: Mapping | None = None
         if not measured or measured.get("params") != summaries[0].get("params"):
             measured = None  # another shape of the rung: its record is not this rung's
         best_params, best, source = summaries[0]["params"], {}, (label, len(summaries), 0)
-        figures = [run_figures(s) for s in summaries]
-        for metric in set.intersection(*(set(f) for f in figures)):
-            values = np.array([f[metric][0] for f in figures], dtype=float)
-            if not values.mean():
-                continue
-            relative, dof = float(values.std(ddof=1) / abs(values.mean())), len(values) - 1
+        dof = len(summaries) - 1
+        for metric, relative in relative_seed_sigma(summaries).items():
             if measured and metric in measured["relative_sigma"]:
                 m = measured["seeds"] - 1
                 relative = math.sqrt((dof * relative ** 2 + m * measured["relative_sigma"][metric] ** 2) / (dof + m))
