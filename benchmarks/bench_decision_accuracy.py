@@ -19,8 +19,12 @@ full run = the larger of its seed spread and its noise-window σ, over √seeds)
 the full run does (a rung with seed replicas ranks by their mean); beside it the rung's training FLOPs (replicas
 included) as a fraction of one full run's. Each recipe's scaling forecast (stages/forecast.py on its own ladder,
 before its full run) is set against each seed's full run: the error, the naive predictor's (the largest scout),
-and whether the run fell inside the 90% interval (issue 42, item 4's coverage check). Prints Markdown; writes
-every run's figures to <work>/figures.json.
+and whether the run fell inside the 90% interval (issue 42, item 4's coverage check). Beside it, the forecast
+moved by the record of the other recipes' full runs (tokenmill.forecast.record, each recipe left out of its own
+correction, the naive predictor moved alike), and the record itself written to --forecast-record (the project's
+benchmarks/decision/forecast_record.json is what the forecast stage reads). Prints Markdown; writes every run's
+figures to <work>/figures.json. A recipe may hold more full-run seeds than --seeds (seed<k> folders trained
+elsewhere, e.g. by bench_seed_spread.py): every finished one is read.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import itertools
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +44,7 @@ import yaml
 
 from tokenmill.evaluate import track
 from tokenmill.evaluate.signal import combine_replicas, run_figures
+from tokenmill.forecast import record as forecast_record
 from tokenmill.search import compose_params, overrides_of, plan
 
 # default_searched: `tokenmill search`'s proposal around default (conf/mixture/default_searched.yaml), so the
@@ -121,26 +127,67 @@ def read_recipe(work: Path, name: str, seeds: int) -> dict:
         runs = [json.loads(p.read_text()) for p in paths]
         rungs[summary.parent.name] = {"figures": combine_replicas([_figures(s) for s in runs]),
                                       "flops": sum(s["total_flops"] for s in runs), "seeds": len(runs)}
-    full = [json.loads((work / name / f"seed{k}" / "data/train/pretrain/summary.json").read_text()) for k in range(seeds)]
+    # Every finished full-run seed (at least `seeds`; a recipe may hold more, e.g. bench_seed_spread's).
+    done = (work / name / f"seed{k}" / "data/train/pretrain/summary.json" for k in itertools.count())
+    full = [json.loads(p.read_text()) for p in itertools.takewhile(Path.exists, done)]
     forecast = json.loads((work / name / "seed0" / "data/forecast/prediction.json").read_text())
+    law = forecast.get("law") or {"predicted_loss": forecast["predicted_loss"], "interval": forecast["interval"]}
+    mixture = yaml.safe_load((work / name / "seed0" / "params.yaml").read_text())["mixture"]
+    recipe = forecast_record.recipe_id(mixture)
     return {"rungs": rungs, "full": [_figures(s) for s in full], "full_flops": full[0]["total_flops"],
-            "skipped_steps": [s["skipped_steps"] for s in full],
-            "forecast": {"predicted": forecast["predicted_loss"], "interval": forecast["interval"],
-                         "naive": forecast["naive"], "backtest": forecast["backtest"]}}
+            "skipped_steps": [s["skipped_steps"] for s in full], "recipe_id": recipe,
+            "forecast": {"predicted": law["predicted_loss"], "interval": law["interval"],
+                         "naive": forecast["naive"], "backtest": forecast["backtest"]},
+            "record": forecast_record.entries(name, recipe, forecast, full), "signature": forecast_record.signature(forecast)}
 
 
-def forecast_rows(results: dict[str, dict]) -> list[dict]:
-    """Each recipe's forecast of the full run's held-out loss against each seed's actual one."""
+def forecast_rows(results: dict[str, dict], coverage: float = 0.9) -> list[dict]:
+    """Each recipe's forecast of the full run's held-out loss against each seed's actual one: the law's, and the
+    law's moved by the record of the other recipes' full runs (tokenmill.forecast.record, this recipe left out),
+    each beside the naive predictor treated alike."""
+    runs = [e for r in results.values() for e in r["record"]]
     rows = []
     for name, r in results.items():
         f = r["forecast"]
+        law, naive = (forecast_record.correction(runs, "loss", key, exclude=r["recipe_id"], coverage=coverage) for key in ("law", "naive"))
         for k, run in enumerate(r["full"]):
             actual = run["heldout_mean"][0]
             lo, hi = f["interval"] or (None, None)
-            rows.append({"recipe": name, "seed": k, "actual": actual, "predicted": f["predicted"],
-                         "error": (f["predicted"] - actual) / actual, "naive_error": (f["naive"] - actual) / actual,
-                         "inside": lo is not None and lo <= actual <= hi, "interval": f["interval"]})
+            row = {"recipe": name, "seed": k, "actual": actual, "predicted": f["predicted"],
+                   "error": (f["predicted"] - actual) / actual, "naive_error": (f["naive"] - actual) / actual,
+                   "inside": lo is not None and lo <= actual <= hi, "interval": f["interval"], "calibrated": None}
+            if law and naive:
+                moved = f["predicted"] * math.exp(law["bias"])
+                band = [f["predicted"] * math.exp(law["bias"] + s * law["half_width"]) for s in (-1, 1)]
+                row["calibrated"] = {"predicted": moved, "interval": band, "error": (moved - actual) / actual,
+                                     "inside": band[0] <= actual <= band[1], "recipes": law["recipes"],
+                                     "naive_error": (f["naive"] * math.exp(naive["bias"]) - actual) / actual}
+            rows.append(row)
     return rows
+
+
+def record_check(runs: list[dict], metric: str, key: str | None, moved: bool, coverage: float = 0.9) -> dict | None:
+    """One predictor (`key`: law or naive) of one metric over every recorded full run: its relative errors as they
+    stand, or moved by the record of the other recipes (each recipe left out of its own correction); with the share
+    inside the moved prediction interval."""
+    errors, inside = [], 0
+    for recipe in sorted({r["mixture"] for r in runs}):
+        if key is None:  # the forecast stage's pick (forecast_record.best): the predictor that missed more evenly
+            c = forecast_record.best(runs, metric, recipe, coverage)
+        else:
+            c = forecast_record.correction(runs, metric, key, exclude=recipe, coverage=coverage) if moved else None
+        if moved and c is None:
+            return None
+        use = key or c["predictor"]
+        for r in (r for r in runs if r["mixture"] == recipe and (r.get(metric) or {}).get(use)):
+            x = r[metric]
+            log_error = math.log(x[use] / x["actual"]) + (c["bias"] if c else 0.0)
+            errors.append(math.expm1(log_error))
+            inside += bool(c) and abs(log_error) <= c["half_width"]
+    if not errors:
+        return None
+    return {"median": statistics.median(abs(e) for e in errors), "largest": max(errors, key=abs),
+            "runs": len(errors), "inside": inside if moved else None}
 
 
 def full_value(runs: list[dict], metric: str) -> tuple[float, float]:
@@ -174,6 +221,11 @@ def accuracy(results: dict[str, dict], metric: str, rung: str) -> dict:
             "compute_fraction": sum(flops) / len(flops) if flops else None, "lower_is_better": lower}
 
 
+def _commit(project: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--project", default=".")
@@ -187,8 +239,12 @@ def main() -> None:
     ap.add_argument("--recipes", default=None, help="comma-separated recipe names: only these")
     ap.add_argument("--scouts", default=None, help="a conf/scouts preset for every recipe's ladder (default: the "
                     "scale's); the track record is then written under --work, not into the project")
+    ap.add_argument("--forecast-record", default=None, help="where to write the forecast's record of these recipes "
+                    "(tokenmill.forecast.record; default <work>/forecast_record.json; the project's is "
+                    f"{forecast_record.RECORD})")
     args = ap.parse_args()
     project, work = Path(args.project).resolve(), Path(args.work).resolve()
+    args.forecast_record = args.forecast_record or work / "forecast_record.json"
     wanted = recipes(project, args.draws, args.concentration, args.seed)
     if args.recipes:
         wanted = {n: wanted[n] for n in args.recipes.split(",")}
@@ -231,8 +287,50 @@ def main() -> None:
               f"{r['error']:+.1%} | {r['naive_error']:+.1%} |")
     errors = sorted(abs(r["error"]) for r in rows)
     print(f"\nforecast: {sum(r['inside'] for r in rows)} of {len(rows)} full runs inside their 90% interval; "
-          f"median |error| {errors[len(errors) // 2]:.1%}, largest {errors[-1]:.1%}; naive median |error| "
-          f"{sorted(abs(r['naive_error']) for r in rows)[len(rows) // 2]:.1%}")
+          f"median |error| {statistics.median(errors):.1%}, largest {errors[-1]:.1%}; naive median |error| "
+          f"{statistics.median(abs(r['naive_error']) for r in rows):.1%}")
+
+    # The forecast moved by the record of the other recipes' full runs (what the forecast stage does where a record
+    # of its ladder exists), checked recipe by recipe: each recipe's own full runs left out of its correction.
+    moved = [r for r in rows if r["calibrated"]]
+    if moved:
+        print("\n| recipe | seed | actual held-out loss | law moved by the other recipes' record [90% interval] | "
+              "error | naive moved alike: error | recipes in its record |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for r in moved:
+            c = r["calibrated"]
+            print(f"| {r['recipe']} | {r['seed']} | {r['actual']:.4f} | {c['predicted']:.4f} [{c['interval'][0]:.4f}, "
+                  f"{c['interval'][1]:.4f}] | {c['error']:+.1%} | {c['naive_error']:+.1%} | {c['recipes']} |")
+        errs = sorted(abs(r["calibrated"]["error"]) for r in moved)
+        print(f"\nforecast moved by its record: {sum(r['calibrated']['inside'] for r in moved)} of {len(moved)} full "
+              f"runs inside their 90% interval; median |error| {statistics.median(errs):.1%}, largest {errs[-1]:.1%}; "
+              f"the naive predictor moved alike: median |error| "
+              f"{statistics.median(abs(r['calibrated']['naive_error']) for r in moved):.1%}")
+    runs = [e for r in results.values() for e in r["record"]]
+    print("\n| metric | predictor | as it stands: median |error| (largest) | moved by the other recipes' record: "
+          "median |error| (largest) | inside the moved 90% interval |")
+    print("| --- | --- | --- | --- | --- |")
+    for metric in forecast_record.METRICS:
+        for key, label in (("law", "the law"), ("naive", "the largest scout (naive)"),
+                           (None, "the forecast stage's: whichever of the two missed the other recipes more evenly")):
+            raw, moved = record_check(runs, metric, key or "law", False), record_check(runs, metric, key, True)
+            if raw is None:
+                continue
+            cell = (f"{moved['median']:.1%} ({moved['largest']:+.1%})", f"{moved['inside']} of {moved['runs']}") \
+                if moved else ("– (fewer than 3 other recipes)", "–")
+            print(f"| {metric} | {label} | {raw['median']:.1%} ({raw['largest']:+.1%}) | {cell[0]} | {cell[1]} |")
+    first = next(iter(results.values()))
+    differ = {n: why for n, r in results.items() if (why := forecast_record.mismatch(first["signature"], r["signature"]))}
+    if differ:
+        print(f"\nforecast record not written: {'; '.join(f'{n}: {w}' for n, w in differ.items())}")
+    else:
+        Path(args.forecast_record).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.forecast_record).write_text(json.dumps({
+            "measured_on": f"the demo at commit {_commit(project)}, recipes {', '.join(results)}",
+            "source": "benchmarks/bench_decision_accuracy.py; RESULTS.md, \"The forecast moved by its record\"",
+            "signature": first["signature"], "runs": runs},
+            indent=1) + "\n")
+        print(f"\nwritten: {args.forecast_record}")
 
     # The seed spread, pooled over the recipes (each recipe's runs differ by their seed alone): the full run's
     # against the rungs trained with seed replicas; and what the ladder costs beside one full run.
@@ -273,8 +371,7 @@ def main() -> None:
                   f"{a['agreed']} | {acc} | {a['accuracy_all_pairs']:.0%} |")
     # The track record `tokenmill compare --rung`, the decision page and `tokenmill search` print beside a verdict
     # made at a rung (tokenmill.evaluate.track), committed with the project.
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project, capture_output=True,
-                            text=True).stdout.strip()
+    commit = _commit(project)
     # Only the scale's own ladder over every recipe is the project's record; another ladder's stays in --work.
     out = project / track.TRACK_RECORD if not (args.scouts or args.recipes) else work / "track_record.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,9 @@
 
 Usage (dvc.yaml): python stages/forecast.py
 It reads the scouts' summaries (data/train/scout/<name>), the full run's size (model, train) with the
-vocabulary of data/tokenize and the plan of data/mixture; nothing of the full run itself.
+vocabulary of data/tokenize and the plan of data/mixture; nothing of the full run itself. Where the record of
+earlier full runs of this ladder and shape (benchmarks/decision/forecast_record.json) holds other recipes, the
+law's forecast is moved by how far it missed them (tokenmill.forecast.record).
 """
 
 import sys
@@ -12,7 +14,7 @@ from tokenmill.runtime import StageRun, input_id, load_params, script, write_jso
 
 
 def main() -> int:
-    p = load_params("forecast", "scouts", "model", "train")
+    p = load_params("forecast", "scouts", "model", "train", "mixture")
     with StageRun("forecast", "data/forecast", p, libraries=("numpy", "scipy")) as run:
         for name in p["scouts"]:
             run.input_hashes[f"scout@{name}"] = input_id(f"data/train/scout/{name}")

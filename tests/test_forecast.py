@@ -349,6 +349,9 @@ def test_forecast_of_a_real_run(tiny):
     summary = json.loads((tiny / "data" / "train" / "pretrain" / "summary.json").read_text())
     assert [p["name"] for p in prediction["points"]] == ["s1", "s2", "s3"]
     assert prediction["form"] == "power_law" and prediction["degrees_of_freedom"] == 1
+    # The demo's record of earlier full runs is of another ladder: the law's forecast stands, and says why.
+    assert not prediction["calibration"]["applied"] and "the record's" in prediction["calibration"]["reason"]
+    assert prediction["law"]["predicted_loss"] == prediction["predicted_loss"]
     for key in ("params", "steps", "tokens", "flops_per_token"):
         assert prediction["target"][key] == summary[key], key
     cmp = F.compare(prediction, summary)

@@ -225,6 +225,8 @@ def test_report_tables_hold_the_runs_numbers(tiny, report):
     # The forecast against the actual full run.
     cmp = summary["forecast_comparison"]
     assert cmp["compute_as_predicted"] and f"{cmp['actual_loss']:.4g}" in page
+    # The demo's record of earlier full runs is of another ladder: the page says the law's forecast stands, and why.
+    assert "record of earlier full runs" in page and "not applied: benchmarks/decision/forecast_record.json" in page
 
 
 @pytest.mark.slow  # drives dvc through the tiny pipeline (tests/tiny_run.py)

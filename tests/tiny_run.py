@@ -63,7 +63,8 @@ def run(args, cwd, check=True, **extra_env) -> subprocess.CompletedProcess:
 # What a pipeline run needs of a checkout: the DAG, its configuration, code, and the tracked data folders.
 PROJECT_FILES = ("dvc.yaml", "conf", "stages", "src", "data/raw/README.md", "data/user", ".gitignore",
                  "requirements-benchmarks.txt",
-                 "benchmarks/decision/track_record.json")  # the evaluate stage's decision metric reads it
+                 "benchmarks/decision/track_record.json",     # the evaluate stage's decision metric reads it
+                 "benchmarks/decision/forecast_record.json")  # the forecast stage's record of earlier full runs
 
 
 def small_benchmarks(config: Path, items: int = 200) -> None:

@@ -615,8 +615,12 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
         ax.plot(grid, law(par, grid), color="#777777", lw=1,
                 label=f"fit: {par['E']:.3g} + {par['a']:.3g}·C^-{par['b']:.3g}" if par["E"] else
                 f"fit: {par['a']:.3g}·C^-{par['b']:.3g}")
+    cal = prediction.get("calibration") or {}
     ax.scatter([target], [prediction["predicted_loss"]], marker="*", s=160, color=DROPPED, zorder=4,
-               label="forecast (before the run)")
+               label="forecast (before the run)" + (", moved by its record" if cal.get("applied") else ""))
+    if cal.get("applied"):  # the law's own point, before the record of earlier full runs moved it
+        ax.scatter([target], [prediction["law"]["predicted_loss"]], marker="*", s=160, facecolors="none",
+                   edgecolors=DROPPED, zorder=4, label="the law alone")
     if prediction.get("interval"):
         # A line, not an error bar: the bootstrap interval need not contain the point fit (a skewed law).
         ax.vlines([target], *prediction["interval"], color=DROPPED, lw=2, zorder=3,
@@ -640,6 +644,13 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
         *((("law's misfit: leave-one-out log error per log compute", misfit["log_error_per_log_compute"]),
            ("law's misfit at the target (σ of log loss, in the interval)", misfit["log_sigma"]))
           if (misfit := prediction.get("misfit")) else ()),
+        *((("the law's forecast", prediction["law"]["predicted_loss"]),
+           ("forecast: moved by its record", f"{'the law' if cal['loss']['predictor'] == 'law' else 'the largest scout'}"
+                                             f" (the closer of the two over the record), moved by how far it missed "
+                                             f"{cal['loss']['recipes']} recipes' {cal['loss']['runs']} full runs of this "
+                                             f"ladder and shape: {math.expm1(-cal['loss']['bias']):+.1%} (σ "
+                                             f"{cal['loss']['log_sigma']:.3f} in log loss; {cal['source']})"))
+          if cal.get("applied") else (("record of earlier full runs", f"not applied: {cal['reason']}"),) if cal else ()),
         ("predicted loss", prediction["predicted_loss"]),
         *((("actual loss", comparison["actual_loss"]), ("error (actual - predicted)", comparison["error"]),
            ("relative error", comparison["relative_error"]),
