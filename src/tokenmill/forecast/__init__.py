@@ -612,10 +612,7 @@ def forecast_summary(prediction: Mapping) -> str:
     line = f"the full run ({prediction['form']}): " + "; ".join(parts)
     cal = prediction.get("calibration") or {}
     if cal.get("applied"):
-        c = cal["loss"]
-        what = "the law" if c["predictor"] == "law" else "the largest scout"
-        line += (f"; {what} moved by its record ({c['recipes']} recipes, {c['runs']} full runs: it missed them by "
-                 f"{math.expm1(-c['bias']):+.1%}; the law alone {prediction['law']['predicted_loss']:.3f})")
+        line += f"; {record.describe(cal)}; the law alone {prediction['law']['predicted_loss']:.3f}"
     elif cal:
         line += f"; the law alone ({cal['reason']})"
     return line

@@ -151,6 +151,14 @@ def best(runs: Sequence[Mapping], metric: str, recipe: str, coverage: float = 0.
     return {**options[key], "predictor": key, "factor": math.exp(options[key]["bias"]), "corrections": options}
 
 
+def describe(calibration: Mapping) -> str:
+    """One phrase for an applied calibration: which predictor, moved by how far it missed how many full runs."""
+    c = calibration["loss"]
+    what = "the law" if c["predictor"] == "law" else "the largest scout"
+    return (f"{what} moved by its record ({c['recipes']} recipes, {c['runs']} full runs of this ladder and shape: it "
+            f"missed them by {math.expm1(-c['bias']):+.1%}, σ {c['log_sigma']:.3f} in log loss)")
+
+
 def entries(name: str, recipe: str, prediction: Mapping, full_runs: Sequence[Mapping]) -> list[dict]:
     """One record row per full-run seed of a recipe: the law's forecast (from before any record was applied) and
     the naive predictor beside the actual value, for the held-out loss and the benchmarks' bits per byte."""

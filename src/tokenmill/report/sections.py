@@ -24,6 +24,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np
 
 from tokenmill.forecast import law
+from tokenmill.forecast import record as forecast_record
 from tokenmill.lineage import canary_exposure
 
 KEPT, DROPPED, OTHER = "#4C72B0", "#DD8452", "#55A868"
@@ -645,11 +646,7 @@ def scaling(plots: Plots, prediction: Mapping | None, comparison: Mapping | None
            ("law's misfit at the target (σ of log loss, in the interval)", misfit["log_sigma"]))
           if (misfit := prediction.get("misfit")) else ()),
         *((("the law's forecast", prediction["law"]["predicted_loss"]),
-           ("forecast: moved by its record", f"{'the law' if cal['loss']['predictor'] == 'law' else 'the largest scout'}"
-                                             f" (the closer of the two over the record), moved by how far it missed "
-                                             f"{cal['loss']['recipes']} recipes' {cal['loss']['runs']} full runs of this "
-                                             f"ladder and shape: {math.expm1(-cal['loss']['bias']):+.1%} (σ "
-                                             f"{cal['loss']['log_sigma']:.3f} in log loss; {cal['source']})"))
+           ("forecast", f"{forecast_record.describe(cal)}; {cal['source']}"))
           if cal.get("applied") else (("record of earlier full runs", f"not applied: {cal['reason']}"),) if cal else ()),
         ("predicted loss", prediction["predicted_loss"]),
         *((("actual loss", comparison["actual_loss"]), ("error (actual - predicted)", comparison["error"]),
