@@ -38,14 +38,18 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from benchlib import machine, timed_run, write_section  # noqa: E402
 
 
-def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path:
+def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0, phases: dict | None = None,
+                     plan_tokens: int | None = None, train: dict | None = None) -> Path:
     """root/tokenize and root/mixture as the tokenize and mixture stages lay them out, holding `tokens` tokens.
+    phases: the mixture's phases over the one bucket "web" (default one bulk phase), planned for plan_tokens
+    (default all of them); each phase's sequence length goes into the plan's manifest as the mixture stage
+    writes it, from the run's train section (seq_len, global_batch).
 
     Documents of 512 to 8,192 tokens written from 4,096 "words" (1-4 random token ids each) drawn with Zipf
     frequencies, so the loss falls as on text (uniform random ids would sit at log(vocab) and a resumed run
     could not be told from a broken one); throughput does not depend on what the ids are."""
     from tokenmill import schema
-    from tokenmill.mixture import build_plan, parse_phases
+    from tokenmill.mixture import build_plan, parse_phases, phase_seq_len
     from tokenmill.mixture.params import Mixture
     from tokenmill.tokenize import INDEX
 
@@ -76,10 +80,13 @@ def synthetic_corpus(root: Path, vocab: int, tokens: int, seed: int = 0) -> Path
     schema.write_parquet(rows, INDEX, out / "index" / "00000.parquet")
     (out / "manifest.json").write_text(json.dumps({"stage": "tokenize", "vocab_size": vocab, "eos_id": eos,
                                                    "dtype": np.dtype(dtype).name}))
-    mixture = Mixture.resolve({"name": "bench", "phases": {"bulk": {"fraction": 1.0, "weights": {"web": 1.0}}}})
+    mixture = Mixture.resolve({"name": "bench", "phases": phases or {"bulk": {"fraction": 1.0, "weights": {"web": 1.0}}}})
     phases = parse_phases(mixture.phases)
-    plan = build_plan(pa.Table.from_pylist(rows, schema=INDEX), phases, tokens, seed, max_epochs=1.0)
+    plan = build_plan(pa.Table.from_pylist(rows, schema=INDEX), phases, plan_tokens or tokens, seed, max_epochs=1.0)
     schema.write_parquet(plan["plan"], plan["plan"].schema, root / "mixture" / "plan.parquet")
+    if any(ph.seq_len for ph in phases):  # as the mixture stage records them
+        lengths = phase_seq_len(phases, train["seq_len"], train["seq_len"] * train["global_batch"])
+        (root / "mixture" / "manifest.json").write_text(json.dumps({"phase_seq_len": lengths}))
     held = pa.Table.from_pylist([], schema=pa.schema([(n, INDEX.field(n).type) for n in
                                                       ("doc_id", "bucket", "shard", "offset", "length")]))
     schema.write_parquet(held, held.schema, root / "mixture" / "heldout.parquet")
