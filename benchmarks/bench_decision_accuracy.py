@@ -157,11 +157,10 @@ def forecast_rows(results: dict[str, dict], coverage: float = 0.9) -> list[dict]
                    "error": (f["predicted"] - actual) / actual, "naive_error": (f["naive"] - actual) / actual,
                    "inside": lo is not None and lo <= actual <= hi, "interval": f["interval"], "calibrated": None}
             if law and naive:
-                moved = f["predicted"] * math.exp(law["bias"])
-                band = [f["predicted"] * math.exp(law["bias"] + s * law["half_width"]) for s in (-1, 1)]
-                row["calibrated"] = {"predicted": moved, "interval": band, "error": (moved - actual) / actual,
+                value, band = forecast_record.moved(f["predicted"], law)
+                row["calibrated"] = {"predicted": value, "interval": band, "error": (value - actual) / actual,
                                      "inside": band[0] <= actual <= band[1], "recipes": law["recipes"],
-                                     "naive_error": (f["naive"] * math.exp(naive["bias"]) - actual) / actual}
+                                     "naive_error": (forecast_record.moved(f["naive"], naive)[0] - actual) / actual}
             rows.append(row)
     return rows
 

@@ -89,8 +89,9 @@ class ForecastConfig(BaseModel):
     bootstrap: int = Field(default=1000, ge=0)         # draws (0: no interval)
     misfit: bool = True  # the interval adds the law's leave-one-out error, carried to the full run (docstring)
     seed: int = 0                                      # of the bootstrap: the same build, the same interval
-    # The law's forecast moved by its record at this scale, where one was measured with this ladder and full run
-    # (tokenmill.forecast.record): on the demo the compute law misses every full run from above by 4-11%.
+    # The forecast moved by its record at this scale, where one was measured with this ladder and full run
+    # (tokenmill.forecast.record): the law's value or the largest scout's, whichever missed the record more evenly.
+    # On the demo the compute law misses every full run from above, by 2.4-7.8% over six recipes.
     calibrate: bool = True
 
     @model_validator(mode="after")

@@ -1,7 +1,8 @@
 """The forecast's record at the full run's scale: how far the law has already missed full runs of this shape.
 
 A law fitted on a ladder carries the rungs' trend to the full run. On the demo every compute law missed the full
-run by 4-11%, always from above (RESULTS.md, "Decision accuracy" and "Why the forecast misses"). The full run
+run from above: by 2.4-7.8% over six recipes (RESULTS.md, "The forecast moved by its record of earlier full runs"),
+by 4-11% on the 2026-11-27 ladder ("Decision accuracy", "Why the forecast misses"). The full run
 descends a stretch that no rung reaches. That miss comes from the ladder and the full run's shape, not from the
 recipe, so it is nearly the same for every mixture, and full runs already trained measure it.
 benchmarks/bench_decision_accuracy.py writes RECORD: for each recipe it trained and each full-run seed, the law's
@@ -103,6 +104,13 @@ def correction(runs: Sequence[Mapping], metric: str, key: str = "law", exclude: 
     return {"bias": bias, "log_sigma": spread, "half_width": half, "recipes": n, "runs": len(every)}
 
 
+def moved(value: float, correction: Mapping) -> tuple[float, list[float]]:
+    """A predictor's value moved by its correction (module docstring): value x exp(bias), and the prediction
+    interval value x exp(bias ± half_width)."""
+    lo, mid, hi = (value * math.exp(correction["bias"] + s * correction["half_width"]) for s in (-1, 0, 1))
+    return mid, [lo, hi]
+
+
 def calibrated(prediction: Mapping, record: Mapping | None, recipe: str, source: str | Path = RECORD) -> dict:
     """The prediction with its record applied (module docstring). The law's own forecast stays under `law`; the
     `calibration` says what moved it, or why nothing did."""
@@ -132,11 +140,10 @@ def calibrated(prediction: Mapping, record: Mapping | None, recipe: str, source:
         start = base[metric][c["predictor"]] if c else None
         if start is None:
             continue
-        moved = [start * math.exp(c["bias"] + s * c["half_width"]) for s in (-1, 0, 1)]
         if metric == "loss":
-            out["predicted_loss"], out["interval"] = moved[1], [moved[0], moved[2]]
+            out["predicted_loss"], out["interval"] = moved(start, c)
         else:
-            bpb["predicted"], bpb["interval"] = moved[1], [moved[0], moved[2]]
+            bpb["predicted"], bpb["interval"] = moved(start, c)
     return out
 
 

@@ -405,7 +405,7 @@ def contamination(con, plots: Plots) -> Section:
                count(*) FILTER (WHERE status = 'near_miss') AS near_misses,
                count(DISTINCT item_id) FILTER (WHERE status = 'suspect') AS suspect_items,
                count(DISTINCT doc_id) FILTER (WHERE status = 'suspect') AS suspects,
-               string_agg(DISTINCT action, ', ') AS action
+               string_agg(DISTINCT action, ', ' ORDER BY action) AS action
         FROM contamination GROUP BY ALL ORDER BY benchmark""").fetchall()
     if not rows:
         s.note = "No document overlaps any configured benchmark item."

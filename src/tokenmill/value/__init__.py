@@ -270,7 +270,7 @@ def source_buckets(project: Path, source: str) -> list[str]:
     try:
         buckets = [r[0] for r in con.execute("SELECT DISTINCT bucket FROM token_index WHERE source = ? ORDER BY 1",
                                              [source]).fetchall()]
-        shared = con.execute(f"""SELECT bucket, string_agg(DISTINCT source, ', ') FROM token_index
+        shared = con.execute(f"""SELECT bucket, string_agg(DISTINCT source, ', ' ORDER BY source) FROM token_index
                                  WHERE bucket IN (SELECT unnest(?)) AND source <> ? GROUP BY 1 ORDER BY 1""",
                              [buckets, source]).fetchall()
     finally:
