@@ -228,13 +228,17 @@ def held(repo: Path) -> dict[str, str]:
     return out
 
 
+def _queue_status(repo: Path) -> str:
+    return subprocess.run(["dvc", "queue", "status"], cwd=repo, capture_output=True, text=True).stdout
+
+
 def run_experiments(repo: Path, members: Sequence[tuple[str, list[str]]], rung: str, jobs: int,
                     log=print) -> dict[str, str]:
     """Queue the members DVC does not already hold, run the queue `jobs` at a time, and return {name: commit}."""
     have = held(repo)
     todo = [(name, overrides) for name, overrides in members if name not in have]
     if todo:
-        failed_before = subprocess.run(["dvc", "queue", "status"], cwd=repo, capture_output=True, text=True).stdout
+        failed_before = _queue_status(repo)
         for name, overrides in todo:
             if name in failed_before:  # an earlier failed run of the same inputs holds the name until removed
                 subprocess.run(["dvc", "queue", "remove", name], cwd=repo, capture_output=True, text=True)
@@ -247,8 +251,28 @@ def run_experiments(repo: Path, members: Sequence[tuple[str, list[str]]], rung: 
         f"running {len(todo)} with {jobs} worker(s)")
     if todo:
         start = time.monotonic()
-        # --run-all starts `jobs` workers on the queue and returns when it is empty.
-        subprocess.run(["dvc", "exp", "run", "--run-all", "-j", str(jobs)], cwd=repo, capture_output=True, text=True)
+        # --run-all starts `jobs` workers on the queue and returns when it is empty. Its output goes nowhere, not
+        # into pipes: a worker daemon inherits them, and a temporary worker that never left after an empty queue
+        # (DVC's queue, treeverse/dvc#10398) held a pipe open for 37 minutes after every task had succeeded, so
+        # reading the output waited on it, not on the run. Failures are read from `dvc queue logs` below.
+        subprocess.run(["dvc", "exp", "run", "--run-all", "-j", str(jobs)], cwd=repo,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        no_worker = 0  # polls in a row that found work left and no worker to do it
+        while any(word in (status := _queue_status(repo)) for word in ("Queued", "Running")):
+            no_worker = no_worker + 1 if "Worker status: 0 active, 0 idle" in status else 0
+            if no_worker == 1 and "Queued" in status:  # workers that left with tasks queued (treeverse/dvc#10562)
+                subprocess.run(["dvc", "queue", "start", "-j", str(jobs)], cwd=repo, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+            if no_worker > 12:  # a minute with no worker: what did not finish is named below
+                break
+            time.sleep(5)  # each poll is a DVC start-up (0.7 CPU-s)
+        # A worker left idle on the empty queue is stopped: with nothing queued or running, `dvc queue stop`
+        # stops only idle workers.
+        try:
+            subprocess.run(["dvc", "queue", "stop"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=120)
+        except subprocess.TimeoutExpired:
+            log("search: `dvc queue stop` did not return in 120 s; a DVC queue worker may be left running")
         log(f"search: ran {len(todo)} experiments in {time.monotonic() - start:.0f} s")
         have = held(repo)
     failed = [n for n, _ in members if n not in have]
