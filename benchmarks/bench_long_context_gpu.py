@@ -112,8 +112,9 @@ def node(args) -> None:
         Path(args.out).write_text(json.dumps(record, indent=1))  # what ran so far, if a later run fails
 
 
-def render(records: list[dict]) -> str:
-    """The RESULTS section from the node's records (one per depth)."""
+def render(records: list[dict], same_code_record: dict | None = None) -> str:
+    """The RESULTS section from the node's records (one per depth); same_code_record: the rerun with the health
+    probe's update ratio computed in place, whose peak the section quotes."""
     from tokenmill.memory import GiB, step_memory
     from tokenmill.train.config import TrainConfig, model_size, parse_model
 
@@ -123,7 +124,7 @@ def render(records: list[dict]) -> str:
              f"Machine: one {v.get('gpu')} (driver {v.get('driver')}), torch {v['torch']} (CUDA {v.get('cuda')}), "
              f"{first.get('date', '')}. Commands: `python benchmarks/bench_long_context_gpu.py prepare gpu-run/long.json "
              "--layers N` here, `python3 benchmarks/bench_long_context_gpu.py node gpu-run/long.json $OUT/long.json` on "
-             "the node, `render` here; the records: benchmarks/gpu/h200-2026-11-29/.", "",
+             "the node, `render ... --same-code-record ...` here; the records: benchmarks/gpu/h200-2026-11-29/.", "",
              f"The run: scale={first['scale']}'s model (the 8B block, vocabulary {first['vocab_size']:,}) with N of its "
              f"{preset['model']['n_layers']} blocks on one GPU (TP 1, unsharded), at the preset's micro-batch of "
              f"{first['micro_batch_tokens']:,} tokens, {first['steps']} steps of "
@@ -170,8 +171,8 @@ def render(records: list[dict]) -> str:
     ptrain = TrainConfig.model_validate(preset["train"])
     world = ptrain.launch.nnodes * ptrain.launch.nproc_per_node
     full = step_memory(parse_model(preset["model"]), ptrain, preset["vocab_size"], world, seq_len=long_seq)
-    lo, hi = min(ratios), max(ratios)
-    lines += ["", f"The count stayed above every peak measured here ({lo:.2f}-{hi:.2f} times it). The preset itself "
+    spread = f"{min(ratios):.2f}-{max(ratios):.2f} times it" if ratios else "no run finished"
+    lines += ["", f"The count stayed above every peak measured here ({spread}). The preset itself "
               f"({preset['model']['n_layers']} blocks, TP {ptrain.parallel.tp}, sharded over {ptrain.parallel.dp_shard} x "
               f"{ptrain.parallel.tp} of its {world} GPUs) counts {full['total'] / GiB:.1f} GiB a GPU at "
               f"{long_seq // 1024}K with selective checkpointing, {79.6 - full['total'] / GiB:.1f} GiB under an H100's "
@@ -187,18 +188,14 @@ def render(records: list[dict]) -> str:
         lines += ["", "With full checkpointing the peak is not the activations': it was "
                   + " and ".join(f"{peak / n:.2f} bytes a parameter at {b} blocks" for b, peak, n in full_runs)
                   + ", in runs that trained at 4K and then 32K: the state (16), every parameter gathered in bf16 (2: unsharded, FSDP keeps "
-                  "them) and each gradient twice more (2 in bf16, 4 in float32 for the reduction). The count holds it "
-                  "as its `reduction` term (tokenmill.memory); before it did, it counted two gathered blocks, and at 8 "
-                  "blocks fell 2.6% under the measured peak."]
-    extra = ROOT / "benchmarks" / "gpu" / "h200-2026-11-29" / "full8-update-ratio-in-place.json"
-    if extra.exists():
-        peak = next(iter(json.loads(extra.read_text())["runs"].values()))["timing"]["peak_memory_bytes"]
+                  "them) and each gradient twice more (2 in bf16, 4 in float32 for the reduction): the count's "
+                  "`reduction` term (tokenmill.memory)."]
+    if same_code_record is not None:
+        peak = next(iter(same_code_record["runs"].values()))["timing"]["peak_memory_bytes"]
         lines += ["", "A third call ran the 8-block full-checkpointing run again with the health probe's update ratio "
                   "computed in place (no list of deltas beside the parameters' snapshot; the change was not kept): its "
-                  f"peak was {peak:,} bytes, the same to the byte, so the probe is not what sets it. On CPU "
-                  "(`python benchmarks/memory_peak_cpu.py --layers 4`: the same code on gloo, torch.profiler's memory "
-                  "events; 4 small blocks, full checkpointing, two micro-batches) such a run peaked at 24.07 bytes a "
-                  "parameter too, in the second step's backward, after a block's gradient reduction."]
+                  f"peak was {peak:,} bytes, the same to the byte, so the probe is not what sets it (record: "
+                  "full8-update-ratio-in-place.json)."]
     recompiles = sorted({line.split(" - ", 1)[1].strip() for r in records for s in r["runs"].values()
                          for line in s.get("compile_log", []) if " - " in line})
     breaks = sum("graph break" in line.lower() for r in records for s in r["runs"].values()
@@ -223,6 +220,7 @@ def main() -> None:
     n.add_argument("out")
     r = sub.add_parser("render")
     r.add_argument("records", nargs="+")
+    r.add_argument("--same-code-record", type=Path, help="the rerun with the update ratio computed in place")
     r.add_argument("--write", action="store_true")
     args = ap.parse_args()
     if args.cmd == "prepare":
@@ -230,7 +228,8 @@ def main() -> None:
     elif args.cmd == "node":
         node(args)
     else:
-        text = render([json.loads(Path(f).read_text()) for f in args.records])
+        extra = json.loads(args.same_code_record.read_text()) if args.same_code_record else None
+        text = render([json.loads(Path(f).read_text()) for f in args.records], extra)
         print(text)
         if args.write:
             write_section(ROOT / "benchmarks" / "RESULTS.md", TITLE, text)

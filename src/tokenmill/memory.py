@@ -34,6 +34,7 @@ from __future__ import annotations
 from tokenmill.train.config import ModelConfig, TrainConfig, mesh_shape, model_size
 
 GiB = 2 ** 30
+STATE_BYTES = 16  # a parameter's float32 value, gradient and AdamW's two moments
 
 
 def step_memory(model: ModelConfig, train: TrainConfig, vocab_size: int, world: int,
@@ -61,7 +62,7 @@ def step_memory(model: ModelConfig, train: TrainConfig, vocab_size: int, world: 
     block_params = (size["params"] - size["embedding_params"]
                     - (0 if model.tie_embeddings else vocab_size * d)) / model.n_layers
     out = {
-        "state": 16 * size["params"] / (shard * tp),
+        "state": STATE_BYTES * size["params"] / (shard * tp),
         "gathered": (size["params"] if unsharded else 2 * block_params) * p_bytes / tp,
         "activations": model.n_layers * per_token * tokens * p_bytes / tp,
         "recompute": (0 if par.activation_checkpoint == "none" else
@@ -69,7 +70,7 @@ def step_memory(model: ModelConfig, train: TrainConfig, vocab_size: int, world: 
         "logits": tokens * vocab_size * (p_bytes + 4) / tp,
     }
     out = {k: int(v) for k, v in out.items()}
-    reduction = int((16 + 2 * p_bytes + r_bytes) * size["params"] / tp) if unsharded else 0
+    reduction = int((STATE_BYTES + 2 * p_bytes + r_bytes) * size["params"] / tp) if unsharded else 0
     out["total"] = max(sum(out.values()), reduction)
     out["reduction"] = reduction
     out["seq_len"], out["tokens_per_micro_batch"] = L, tokens
