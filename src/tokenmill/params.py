@@ -37,8 +37,7 @@ from tokenmill.sample.params import Sample
 from tokenmill.section import Section, check_section
 from tokenmill.tokenize.params import Tokenize
 from tokenmill.tokenizer.params import Tokenizer
-from tokenmill.train.config import (ModelConfig, ScheduleConfig, Scout, TrainConfig, TrainConfigError, parse_run,
-                                    scout_run_config)
+from tokenmill.train.config import ModelConfig, Scout, TrainConfig, TrainConfigError, parse_run, scout_run_config
 
 SECTIONS: dict[str, type[Section]] = {s.section: s for s in (
     Benchmarks, Sample, Ingest, Filter, Pii, Dedup, Quality, Decontaminate, Embed, Backcheck, Domains, Tokenizer, Tokenize, Mixture,
@@ -103,7 +102,7 @@ def problems(params: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _decay_phase(tests: list, schedule: ScheduleConfig, mixture: Any) -> list[str]:
+def _decay_phase(tests: list, schedule, mixture: Any) -> list[str]:
     """An annealing test branches the full run where WSD's decay begins and plans the mixture's decay phase
     again: without that phase the anneal stage could only fail after the full run has trained (a one-phase
     mixture once did, at the end of `dvc exp run -S mixture=balanced`)."""
