@@ -45,6 +45,24 @@ def test_every_shipped_preset_is_valid(tmp_path, preset):
     assert P.problems(_composed(tmp_path, preset)) == []
 
 
+def test_an_annealing_test_needs_the_decay_phase_it_branches_from(shipped):
+    """The anneal stage branches the full run where WSD's decay phase begins: a mixture without that phase, or a
+    cosine schedule, is a problem before ingest, not a failed anneal after the full run (the balanced preset had
+    one phase, `all`, and `dvc exp run -S mixture=balanced` failed there)."""
+    one_phase = _with(shipped, "mixture.phases", {"all": {**shipped["mixture"]["phases"]["bulk"], "fraction": 1.0}})
+    assert P.problems(one_phase) == [
+        "anneals: the mixture 'default' has no phase 'anneal' (train.schedule.decay_phase) for a test to anneal "
+        "(its phases: all): give it one, or run no test (-S '~anneals.reference')"]
+    assert P.problems(_with(one_phase, "anneals", {})) == []  # no test: a one-phase mixture is fine
+    assert P.problems(_with(one_phase, "train.schedule.decay_phase", "all")) == [  # nothing stable before it
+        "anneals: the decay phase 'all' is the mixture's first, so the full run has no stable phase before it to "
+        "branch from: plan a phase before it, or run no test (-S '~anneals.reference')"]
+    cosine = P.problems(_with(shipped, "train.schedule.kind", "cosine"))
+    assert cosine == ["anneals: a test branches where WSD decays over train.schedule.decay_phase, but "
+                      "train.schedule is 'cosine' with decay_phase 'anneal': set kind wsd and a decay phase, or run "
+                      "no test (-S '~anneals.reference')"], cosine
+
+
 def test_every_section_of_params_yaml_has_a_schema(shipped):
     beside_their_code = {"sources", "model", "train", "scouts", "forecast", "anneals"}
     assert set(shipped) <= set(P.SECTIONS) | beside_their_code

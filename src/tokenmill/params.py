@@ -37,7 +37,8 @@ from tokenmill.sample.params import Sample
 from tokenmill.section import Section, check_section
 from tokenmill.tokenize.params import Tokenize
 from tokenmill.tokenizer.params import Tokenizer
-from tokenmill.train.config import ModelConfig, Scout, TrainConfig, TrainConfigError, parse_run, scout_run_config
+from tokenmill.train.config import (ModelConfig, ScheduleConfig, Scout, TrainConfig, TrainConfigError, parse_run,
+                                    scout_run_config)
 
 SECTIONS: dict[str, type[Section]] = {s.section: s for s in (
     Benchmarks, Sample, Ingest, Filter, Pii, Dedup, Quality, Decontaminate, Embed, Backcheck, Domains, Tokenizer, Tokenize, Mixture,
@@ -69,9 +70,10 @@ def problems(params: Mapping[str, Any]) -> list[str]:
     run_lines = check_section("model", params.get("model"), ModelConfig) + \
         check_section("train", params.get("train"), TrainConfig)
     out += run_lines
+    run = None
     if not run_lines:
         try:  # what needs both sections: tensor parallel against the heads, the FFN, the sequence
-            parse_run({"model": params.get("model") or {}, "train": params.get("train") or {}})
+            run = parse_run({"model": params.get("model") or {}, "train": params.get("train") or {}})
         except TrainConfigError as exc:
             out += str(exc).split("; ")
     if "scouts" in params:
@@ -94,9 +96,30 @@ def problems(params: Mapping[str, Any]) -> list[str]:
             if isinstance(spec, Mapping) and spec.get("source") not in sources:
                 out.append(f"anneals.{name}.source: expected a declared source ({', '.join(sources)}), "
                            f"got {spec.get('source')!r}")
+        if tests and run is not None:
+            out += _decay_phase(tests, run.train.schedule, params.get("mixture"))
     if "forecast" in params:
         out += check_section("forecast", params["forecast"], ForecastConfig)
     return out
+
+
+def _decay_phase(tests: list, schedule: ScheduleConfig, mixture: Any) -> list[str]:
+    """An annealing test branches the full run where WSD's decay begins and plans the mixture's decay phase
+    again: without that phase the anneal stage could only fail after the full run has trained (a one-phase
+    mixture once did, at the end of `dvc exp run -S mixture=balanced`)."""
+    off = f"or run no test (-S '~anneals.{tests[0][0]}')"
+    if schedule.kind != "wsd" or not schedule.decay_phase:
+        return [f"anneals: a test branches where WSD decays over train.schedule.decay_phase, but train.schedule is "
+                f"{schedule.kind!r} with decay_phase {schedule.decay_phase!r}: set kind wsd and a decay phase, {off}"]
+    phases = mixture.get("phases") if isinstance(mixture, Mapping) else None
+    if isinstance(phases, Mapping) and schedule.decay_phase not in phases:
+        return [f"anneals: the mixture {mixture.get('name')!r} has no phase {schedule.decay_phase!r} "
+                f"(train.schedule.decay_phase) for a test to anneal (its phases: {', '.join(map(str, phases))}): "
+                f"give it one, {off}"]
+    if isinstance(phases, Mapping) and next(iter(phases)) == schedule.decay_phase:
+        return [f"anneals: the decay phase {schedule.decay_phase!r} is the mixture's first, so the full run has no "
+                f"stable phase before it to branch from: plan a phase before it, {off}"]
+    return []
 
 
 def _named(params: Mapping[str, Any], key: str, what: str) -> tuple[list, list[str]]:
