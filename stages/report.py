@@ -19,9 +19,12 @@ def main(forecast_stage: str, evaluate_stage: str) -> int:
         built = build_report(".", run.tmp, forecast=f"data/{forecast_stage}/prediction.json",
                              evaluation=f"data/{evaluate_stage}/results.json")
         # The forecast's error once the full run has trained (the prediction itself is metrics/forecast.json).
+        # Its actual - predicted is `residual` here: DVC reads any metric key named `error` as a failure to load
+        # the file ("DVC failed to load some metrics", dvc.utils.errored_revisions).
         comparison = built.get("forecast_comparison") or {}
-        run.metrics["forecast_error"] = {k: comparison[k] for k in (
-            "predicted_loss", "actual_loss", "error", "relative_error") if k in comparison}
+        run.metrics["forecast_error"] = {name: comparison[k] for name, k in (
+            ("predicted_loss", "predicted_loss"), ("actual_loss", "actual_loss"), ("residual", "error"),
+            ("relative_error", "relative_error")) if k in comparison}
     print(f"report: reports/index.html ({len(built.get('images', []))} plots)")
     if comparison:
         print(f"report: forecast {comparison['predicted_loss']:.3f}, actual {comparison['actual_loss']:.3f}")
