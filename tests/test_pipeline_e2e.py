@@ -122,6 +122,13 @@ def test_demo_dag(demo):
     assert _ran(out) == set(STAGES)
     verify = _run(["tokenmill", "audit", "verify"], repo)
     assert "conservation holds" in verify.stdout
+    # DVC reads every declared metric, the headline first (the evaluate stage is declared first in dvc.yaml); a
+    # metric key named `error` (the report's forecast residual) once made it say it "failed to load some metrics".
+    metrics = _run(["dvc", "metrics", "show", "--json"], repo)
+    assert "failed to load" not in metrics.stderr, metrics.stderr
+    files = list(json.loads(metrics.stdout)[""]["data"])
+    assert files[0] == "metrics/decision.json" and "metrics/mixture.json" in files, files
+    assert "residual" in json.loads((repo / "metrics" / "report.json").read_text())["forecast_error"]
     # The seed replica trained the rung's windows in another order, and its fed tokens check out against the
     # plan window by window; its scores carry a seed spread beside the checkpoint spread.
     assert "scout@s1#seed1" in verify.stdout.split("fed exactly the plan's tokens")[1].splitlines()[0]
@@ -342,7 +349,7 @@ def test_mixture_experiments(demo):
     _run(["dvc", "checkout"], repo)
 
     shown = json.loads(_run(["dvc", "exp", "show", "--json"], repo).stdout)
-    rows, evaluated, headline = {}, {}, {}
+    rows, evaluated, headline, decisions = {}, {}, {}, {}
     for commit in shown:
         for exp in commit.get("experiments") or []:
             for rev in exp["revs"]:
@@ -350,7 +357,7 @@ def test_mixture_experiments(demo):
                 name = data["params"]["params.yaml"]["data"]["mixture"]["name"]
                 metrics = data["metrics"]["metrics/mixture.json"]["data"]
                 rows[rev.get("name") or name] = (name, metrics["planned"])
-                headline[name] = data["metrics"]["metrics/decision.json"]["data"]
+                headline[name] = decisions[rev["name"]] = data["metrics"]["metrics/decision.json"]["data"]
                 # The detail is not a DVC metric but is in the experiment's commit (cache: false, in git).
                 assert "metrics/evaluate.json" not in data["metrics"], sorted(data["metrics"])
                 evaluated[name] = json.loads(_run(["git", "show", f"{data['rev']}:metrics/evaluate.json"], repo).stdout)
@@ -427,6 +434,18 @@ def test_mixture_experiments(demo):
 
     # Every `dvc exp show` the README and docs show: a table that fits 200 columns, with the columns it promises
     # and no cell cut to `…` (a --keep without --drop once printed a table of `…` cells).
+    # The bare `dvc exp show --only-changed` in a 200-column terminal leads with the decision: DVC orders the
+    # columns as dvc.yaml declares the metrics files and the evaluate stage is declared first, so the decision,
+    # its σ and the held-out bits per byte come before the plan's counts and the parameters, which DVC folds into
+    # `…` (declared after the plan, the plan's 13 columns came first and the decision was folded away).
+    bare = _run(["dvc", "exp", "show", "--only-changed", "--no-pager"], repo, COLUMNS="200").stdout
+    assert max(len(line) for line in bare.splitlines()) <= 200, bare
+    header = next(line for line in bare.splitlines() if "Experiment" in line).split()
+    assert header[:4] == ["Experiment", "Created", "decision", "decision_sigma"], bare
+    assert [h for h in header[4:] if h != "…"] == [f"heldout_bpb.{b}" for b in sorted(headline["no_code"]["heldout_bpb"])]
+    for name, figures in decisions.items():  # each experiment's decision and σ, as DVC rounds them
+        row = next(line for line in bare.splitlines() if f"[{name}]" in line)
+        assert f" {figures['decision']:.5g} " in row and f" {figures['decision_sigma']:.5g} " in row, (name, row)
     shown_commands = documented_exp_show()
     assert set(shown_commands) == set(EXP_SHOW_COLUMNS), shown_commands  # a new documented command needs its row here
     for command in shown_commands:

@@ -200,6 +200,10 @@ def test_a_derived_budget_the_corpus_cannot_fill_is_capped_with_one_warning(tmp_
     # the two phases would have read some of its documents a fifth time (12,221 tokens for 12,120).
     assert metrics["epochs"]["web/high"] == 4.0 and metrics["epochs"]["web/low"] <= 2
     assert metrics["steps"] == m["steps"] == metrics["plan_tokens"] // 128
+    # The headline's documents per bucket: the distinct documents the plan reads from each (a repeat counts once).
+    plan = pq.read_table(tmp_path / "data" / "mixture" / "plan.parquet", columns=["doc_id", "bucket"]).to_pylist()
+    assert metrics["documents"] == {b: len({r["doc_id"] for r in plan if r["bucket"] == b}) for b in metrics["planned"]}
+    assert sum(metrics["documents"].values()) == metrics["unique_documents"] < len(plan)  # web/high repeats
     # Training takes the plan's steps, not the budget's: fewer steps, no error.
     cfg = parse_run({"model": MODEL, "train": {**_budget(None), "launch": {"nproc_per_node": 1}}})
     stream = SimpleNamespace(total_tokens=metrics["plan_tokens"])

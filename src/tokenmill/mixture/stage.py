@@ -113,6 +113,7 @@ def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, m
     plan_tokens = int(con.execute("SELECT coalesce(sum(length + 1), 0) FROM plan").fetchone()[0])
     steps = plan_tokens // step_tokens
     unique = int(con.execute("SELECT count(DISTINCT doc_id) FROM plan").fetchone()[0])
+    distinct = dict(con.execute("SELECT bucket, count(DISTINCT doc_id) FROM plan GROUP BY bucket").fetchall())
     con.close()
     # The few numbers that compare mixtures, top level (`dvc exp show`); per bucket and phase in the plot.
     per_bucket = {}
@@ -127,6 +128,7 @@ def plan_mixture(input_dir: str | Path, mixture: Mixture, budget_cfg: Mapping, m
         "canary_visits": sum(c["planned_visits"] for c in planted),  # planted secrets (tokenmill.canaries)
         "missing_buckets": ", ".join(result["missing"]),  # weighted by the preset, absent from the corpus
         "planned": {k: v["planned"] for k, v in sorted(per_bucket.items())},  # tokens, with repeats
+        "documents": {k: int(distinct.get(k, 0)) for k in sorted(per_bucket)},  # distinct documents planned
         "epochs": {k: round(v["planned"] / max(1, v["available"]), 3) for k, v in sorted(per_bucket.items())},
     })
     rows = [{"label": f"{k} available", "bucket": k, "phase": None, "tokens": v["available"]}
