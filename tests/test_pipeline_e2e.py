@@ -106,6 +106,23 @@ def demo(tmp_path_factory):
     return repo, out, lock
 
 
+def test_dvc_runs_the_forecast_before_the_full_run_and_shows_it_before_the_plan():
+    """dvc.yaml's block order is DVC's tie-break twice: the run order of stages that do not depend on each other
+    (the forecast must be made before the full run trains) and the order of `dvc exp show`'s metric columns (the
+    forecast and the decision before the plan's 13 columns, which folded the decision out of a 200-column table
+    while the plan came first). Declaring evaluate first once put the full run before the forecast."""
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import get_active_graph, plan_repro
+
+    with Repo(str(ROOT)) as repo:
+        order = [s.addressing for s in plan_repro(get_active_graph(repo.index.graph), repo.stage.collect("dvc.yaml"))]
+        metrics = [Path(os.path.relpath(out.fs_path, ROOT)).as_posix() for out in repo.index.metrics]
+    assert order.index("forecast") < order.index("pretrain"), order
+    assert order.index("mixture") < min(i for i, s in enumerate(order) if s.startswith("scout@")), order
+    assert (metrics.index("metrics/forecast.json") < metrics.index("metrics/decision.json")
+            < metrics.index("metrics/mixture.json")), metrics
+
+
 def _ran(out: str) -> set[str]:
     return {s for s in STAGES if f"Running stage '{s}'" in out}
 
@@ -122,12 +139,13 @@ def test_demo_dag(demo):
     assert _ran(out) == set(STAGES)
     verify = _run(["tokenmill", "audit", "verify"], repo)
     assert "conservation holds" in verify.stdout
-    # DVC reads every declared metric, the headline first (the evaluate stage is declared first in dvc.yaml); a
-    # metric key named `error` (the report's forecast residual) once made it say it "failed to load some metrics".
+    # DVC reads every declared metric, the forecast and the decision before the plan (the mixture stage is declared
+    # after evaluate in dvc.yaml); a metric key named `error` (the report's forecast residual) once made it say it
+    # "failed to load some metrics".
     metrics = _run(["dvc", "metrics", "show", "--json"], repo)
     assert "failed to load" not in metrics.stderr, metrics.stderr
     files = list(json.loads(metrics.stdout)[""]["data"])
-    assert files[0] == "metrics/decision.json" and "metrics/mixture.json" in files, files
+    assert files.index("metrics/forecast.json") < files.index("metrics/decision.json") < files.index("metrics/mixture.json"), files
     assert "residual" in json.loads((repo / "metrics" / "report.json").read_text())["forecast_error"]
     # The seed replica trained the rung's windows in another order, and its fed tokens check out against the
     # plan window by window; its scores carry a seed spread beside the checkpoint spread.
@@ -434,15 +452,17 @@ def test_mixture_experiments(demo):
 
     # Every `dvc exp show` the README and docs show: a table that fits 200 columns, with the columns it promises
     # and no cell cut to `…` (a --keep without --drop once printed a table of `…` cells).
-    # The bare `dvc exp show --only-changed` in a 200-column terminal leads with the decision: DVC orders the
-    # columns as dvc.yaml declares the metrics files and the evaluate stage is declared first, so the decision,
-    # its σ and the held-out bits per byte come before the plan's counts and the parameters, which DVC folds into
-    # `…` (declared after the plan, the plan's 13 columns came first and the decision was folded away).
+    # The bare `dvc exp show --only-changed` in a 200-column terminal shows the decision: DVC orders the columns
+    # as dvc.yaml declares the metrics files and the mixture stage is declared after evaluate, so the forecast,
+    # the decision and its σ come before the plan's counts and the parameters, which DVC folds into `…`
+    # (declared before the scouts, the plan's 13 columns came first and the decision was folded away).
     bare = _run(["dvc", "exp", "show", "--only-changed", "--no-pager"], repo, COLUMNS="200").stdout
     assert max(len(line) for line in bare.splitlines()) <= 200, bare
     header = next(line for line in bare.splitlines() if "Experiment" in line).split()
-    assert header[:4] == ["Experiment", "Created", "decision", "decision_sigma"], bare
-    assert [h for h in header[4:] if h != "…"] == [f"heldout_bpb.{b}" for b in sorted(headline["no_code"]["heldout_bpb"])]
+    at = header.index("decision")
+    assert header[:2] == ["Experiment", "Created"] and header[at + 1] == "decision_sigma", bare
+    assert all(h.startswith("forecast.") for h in header[2:at]), bare
+    assert all(h.startswith("heldout_bpb.") or h == "…" for h in header[at + 2:]), bare
     for name, figures in decisions.items():  # each experiment's decision and σ, as DVC rounds them
         row = next(line for line in bare.splitlines() if f"[{name}]" in line)
         assert f" {figures['decision']:.5g} " in row and f" {figures['decision_sigma']:.5g} " in row, (name, row)
