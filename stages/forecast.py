@@ -21,7 +21,7 @@ def main() -> int:
         run.input_hashes.update({"tokenize": input_id("data/tokenize"), "mixture": input_id("data/mixture")})
         prediction = forecast_project(p, "data")
         write_json(run.tmp / "prediction.json", prediction)  # what the report sets the actual loss beside
-        run.metrics["forecast"] = forecast_metrics(prediction)
+        run.metrics.update(forecast_metrics(prediction))
     print(f"forecast: {forecast_summary(prediction)}")
     return 0
 

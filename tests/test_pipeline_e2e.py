@@ -290,7 +290,7 @@ def test_demo_dag(demo):
 
     # The forecast was made from the scouts before the full run trained, and is a loss of the right scale.
     assert out.index("Running stage 'forecast'") < out.index("Running stage 'pretrain'")
-    predicted = json.loads((repo / "metrics" / "forecast.json").read_text())["forecast"]["predicted_loss"]
+    predicted = json.loads((repo / "metrics" / "forecast.json").read_text())["forecast_loss"]
     assert 0 < predicted < np.log(2000) + 1
 
     # The export loads in transformers with no custom code; evaluate scored the embedded eval set on all and
@@ -461,7 +461,7 @@ def test_mixture_experiments(demo):
     header = next(line for line in bare.splitlines() if "Experiment" in line).split()
     at = header.index("decision")
     assert header[:2] == ["Experiment", "Created"] and header[at + 1] == "decision_sigma", bare
-    assert all(h.startswith("forecast.") for h in header[2:at]), bare
+    assert sorted(header[2:at]) == ["forecast_high", "forecast_loss", "forecast_low"], bare
     assert all(h.startswith("heldout_bpb.") or h == "…" for h in header[at + 2:]), bare
     for name, figures in decisions.items():  # each experiment's decision and σ, as DVC rounds them
         row = next(line for line in bare.splitlines() if f"[{name}]" in line)
