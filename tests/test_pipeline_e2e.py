@@ -643,8 +643,9 @@ def test_lineage_stage_fails_when_a_document_goes_missing(demo, tmp_path):
 # Every data stage's output hash in dvc.lock when this test's configuration is built: a build is a function of
 # parameters, inputs and code, so any clean build anywhere gives these. Recorded from a fresh-clone build of
 # 867a1d4, before the stage scripts took over the StageRun from the library functions (a change meant to keep
-# every output); tokenize and mixture rewritten when they began to plant canaries (tokenmill.canaries), every
-# other stage's hash as recorded. A change meant to change an output rewrites the file: TOKENMILL_E2E_WRITE_HASHES=1.
+# every output); tokenize and mixture rewritten when they began to plant canaries (tokenmill.canaries), the
+# mixture's metrics when they gained the distinct documents per bucket, every other stage's hash as recorded. A
+# change meant to change an output rewrites the file: TOKENMILL_E2E_WRITE_HASHES=1.
 DATA_HASHES = Path(__file__).with_name("e2e_data_hashes.json")
 
 
