@@ -461,7 +461,9 @@ def test_mixture_experiments(demo):
     header = next(line for line in bare.splitlines() if "Experiment" in line).split()
     at = header.index("decision")
     assert header[:2] == ["Experiment", "Created"] and header[at + 1] == "decision_sigma", bare
-    assert sorted(header[2:at]) == ["forecast_high", "forecast_loss", "forecast_low"], bare
+    # The forecast's columns come first where an experiment changed the forecast (a full `dvc exp run`); these
+    # experiments stop at evaluate, which the forecast does not feed, so theirs is unchanged and not shown.
+    assert set(header[2:at]) <= {"forecast_high", "forecast_loss", "forecast_low"}, bare
     assert all(h.startswith("heldout_bpb.") or h == "…" for h in header[at + 2:]), bare
     for name, figures in decisions.items():  # each experiment's decision and σ, as DVC rounds them
         row = next(line for line in bare.splitlines() if f"[{name}]" in line)
