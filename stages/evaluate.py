@@ -4,8 +4,8 @@ Usage (dvc.yaml): python stages/evaluate.py <export stage> <plan stage> <documen
 Held-out bits per byte per mixture bucket on the plan's held-out documents (their text from the documents
 stage); every benchmark of `decontaminate.benchmarks`, its dirty items taken from the documents stage's
 contamination table, its suspects (clean_strict leaves them out too) from the backcheck stage's. Then, over the ladder (the scouts and the full run, their in-loop scores and noise in
-data/train), signal, noise and their ratio per metric, and the decision metric they choose
-(tokenmill.evaluate.signal). metrics/decision.json, the stage's one DVC metric, is the headline `dvc exp show`
+data/train), signal, noise and their ratio per metric (tokenmill.evaluate.signal), and the decision metric the
+track record chose (tokenmill.evaluate.track.decision_metric: the same for the baseline and its experiments). metrics/decision.json, the stage's one DVC metric, is the headline `dvc exp show`
 compares (headline below); metrics/evaluate.json keeps the detail.
 """
 
@@ -15,7 +15,7 @@ from tokenmill.evaluate.params import Evaluate
 from tokenmill.evaluate import track
 from tokenmill.evaluate.evalset import METRICS, benchmark_means
 from tokenmill.evaluate.run import heldout_documents, run_evaluation
-from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
+from tokenmill.evaluate.signal import CANDIDATES, ladder_table, read_ladder
 from tokenmill.runtime import StageRun, input_id, load_params, script, write_json
 
 
@@ -35,9 +35,16 @@ def main(export_stage: str, plan_stage: str, documents_stage: str, backcheck_sta
         run.metrics.update(summary_metrics(out["results"]))
         ladder = read_ladder("data/train")
         rows = ladder_table(ladder, CANDIDATES)
-        run.metrics["decision_metric"] = decision_metric(rows, track.load())  # chosen by the track record
+        chosen = run.metrics["decision_metric"] = track.decision_metric(track.load())
         run.metrics["ladder"] = {r["metric"]: {k: None if r[k] is None else round(r[k], 6)
                                                for k in ("signal", "noise", "snr", "order")} for r in rows}
+        order = run.metrics["ladder"].get(chosen, {}).get("order")
+        if chosen not in run.metrics["ladder"]:
+            print(f"evaluate: not every run of the ladder records the decision metric {chosen}: the headline's "
+                  "decision is empty", file=sys.stderr)
+        elif order is not None and order <= 0:
+            print(f"evaluate: this ladder does not rank {chosen} by compute (Kendall's tau {order}): "
+                  "read the scouts' verdicts on it with care", file=sys.stderr)
     write_json("metrics/decision.json", headline(run.metrics, ladder.get("pretrain", {})))
     print(f"evaluate: {run.metrics.get('benchmarks_mean')}; decision metric {run.metrics['decision_metric']}")
     return 0

@@ -27,6 +27,7 @@ from tiny_run import copy_project, small_benchmarks
 from tiny_run import run as _run  # dvc and tokenmill from this venv, a git identity, no progress bars
 from tokenmill import lineage
 from tokenmill.config import compose
+from tokenmill.evaluate import track
 from tokenmill.evaluate.signal import CANDIDATES, run_figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -391,6 +392,9 @@ def test_mixture_experiments(demo):
     base = json.loads((repo / "metrics" / "decision.json").read_text())
     full = run_figures(json.loads((repo / "data" / "train" / "pretrain" / "summary.json").read_text()))
     assert base["decision"] == pytest.approx(full[base["decision_metric"]][0], abs=1e-6), base
+    # One decision metric for the baseline and every experiment (the track record's): one scale in the column.
+    assert {d["decision_metric"] for d in [base, *decisions.values()]} == {track.decision_metric(track.load(repo))}, \
+        decisions
     # The DVC metrics that vary over the experiments and their baseline are headline-sized (850 columns before).
     varying: dict[str, set] = {}
     for commit in shown:

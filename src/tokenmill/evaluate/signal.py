@@ -9,7 +9,8 @@ full run):
   noise   the root mean square of the runs' σ: how far it moves when nothing but the checkpoint or the seed
           does
   snr     signal / noise. A metric with a higher SNR ranks models correctly more often (the paper's finding);
-          the decision metric is the candidate with the highest SNR on the ladder at hand.
+          the table shows it for every candidate (tokenmill.evaluate.track.decision_metric picks the one
+          decisions rest on, from the measured track record).
   order   Kendall's tau between the runs' order by training compute and their order by the metric (better
           last): 1 when every larger run scores better. A metric can be far from its noise and still rank
           the ladder wrongly; the table shows both.
@@ -132,27 +133,6 @@ def _kendall(scores: list[float]) -> float | None:
         return None
     sign = [(scores[j] > scores[i]) - (scores[j] < scores[i]) for i, j in pairs]
     return sum(sign) / len(pairs)
-
-
-def decision_metric(rows: list[dict], record: Mapping | None = None) -> str | None:
-    """The metric decisions rest on. Where a track record measured the candidates (tokenmill.evaluate.track:
-    over mixture recipes trained at both scales, the recipe pairs the full run separated and how many of them
-    each rung ordered as the full run did), the candidate whose rungs agreed most often, pooled over the rungs
-    (more separated pairs, then SNR, break a tie): how often a verdict holds at scale is what a decision needs.
-    Otherwise, or for a ladder where no measured candidate ranks the runs the right way round, the highest
-    signal-to-noise ratio among the candidates that do (order > 0: larger runs score better more often than
-    not). Measured on the demo ladder (RESULTS.md): prob_norm and acc_norm stood 2-3 σ apart between the
-    smallest scout and the full run, with the smallest scout ahead — far from their noise and still wrong."""
-    scored = [r for r in rows if r["metric"] in CANDIDATES and r["snr"] is not None and (r["order"] or 0) > 0]
-    measured = []
-    for r in scored:
-        counts = [rung[r["metric"]] for rung in ((record or {}).get("rungs") or {}).values() if r["metric"] in rung]
-        separated_pairs = sum(c["separated"] for c in counts)
-        if separated_pairs:
-            measured.append((sum(c["agreed"] for c in counts) / separated_pairs, separated_pairs, r["snr"], r["metric"]))
-    if measured:
-        return max(measured)[3]
-    return max(scored, key=lambda r: r["snr"])["metric"] if scored else None
 
 
 def separated(a: tuple[float, float | None], b: tuple[float, float | None], k: float = 2.0) -> bool:

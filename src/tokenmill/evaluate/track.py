@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Mapping
 
+from tokenmill.evaluate.signal import CANDIDATES
+
 TRACK_RECORD = Path("benchmarks/decision/track_record.json")
 
 
@@ -22,6 +24,26 @@ def load(project: str | Path = ".") -> dict | None:
     """The measured record in a project (None when it was never measured there)."""
     path = Path(project) / TRACK_RECORD
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def decision_metric(record: Mapping | None) -> str:
+    """The metric decisions rest on: of the candidates (signal.CANDIDATES) the record measured, the one whose
+    rungs ordered the separated recipe pairs as the full run did most often, pooled over the rungs (more
+    separated pairs, then the candidates' order, break a tie); how often a verdict holds at scale is what a
+    decision needs. Without a measured candidate, the mean held-out loss: the objective the mixture search
+    optimizes, recorded by every run.
+    It depends on the record alone, never on the ladder at hand, so the baseline and every experiment of it
+    decide on one metric and `dvc exp show`'s decision column holds one scale. Chosen per ladder (the highest
+    SNR among the candidates that rank it by compute), the demo's balanced experiment decided on heldout_mean
+    (5.63) beside its baseline's benchmarks_mean.bpb (3.43). A ladder that ranks the chosen metric backwards is
+    named by the evaluate stage, not a reason to switch."""
+    measured = []
+    for rank, metric in enumerate(CANDIDATES):
+        counts = [rung[metric] for rung in ((record or {}).get("rungs") or {}).values() if metric in rung]
+        separated_pairs = sum(c["separated"] for c in counts)
+        if separated_pairs:
+            measured.append((sum(c["agreed"] for c in counts) / separated_pairs, separated_pairs, -rank, metric))
+    return max(measured)[3] if measured else "heldout_mean"
 
 
 def line(record: Mapping | None, rung: str, metric: str) -> str:

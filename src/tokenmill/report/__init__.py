@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tokenmill.anneal import read_results
 from tokenmill.evaluate import track
-from tokenmill.evaluate.signal import CANDIDATES, decision_metric, ladder_table, read_ladder
+from tokenmill.evaluate.signal import CANDIDATES, ladder_table, read_ladder
 from tokenmill.forecast import ForecastError, compare
 from tokenmill.lineage import DB_NAME, audit_tables, connect
 from tokenmill.report import sections as S
@@ -71,7 +71,7 @@ def build_report(project: str | Path = ".", out_dir: str | Path = "reports", *, 
                               if evaluation_path else "no evaluation results given"))
     ladder = read_ladder(project / "data" / "train")
     rows = ladder_table(ladder, CANDIDATES)
-    built.append(S.signal_noise(ladder, rows, decision_metric(rows, track.load(project))))  # as the evaluate stage
+    built.append(S.signal_noise(ladder, rows, track.decision_metric(track.load(project))))  # as the evaluate stage
     built.append(S.anneals(read_results(project / "data" / "anneal")))
     built.append(S.context_use(project))
 

@@ -730,8 +730,9 @@ def signal_noise(ladder: Mapping[str, Mapping], rows: list[dict], decision: str 
              *[_pm(r["values"][run], r["sigmas"][run]) for run in runs],
              r["signal"], r["noise"], r["snr"], r["order"]) for r in rows]
     s.html.append(table(["metric", *runs, "signal", "noise", "SNR", "order (Kendall τ)"], body, numeric_from=1))
-    s.note = (f"Decision metric: {decision or 'none'} (the highest signal-to-noise ratio among the held-out loss "
-              "and the benchmark means that rank the ladder the right way round). Signal: largest minus smallest final value over the runs; noise: root "
+    s.note = (f"Decision metric: {decision or 'none'} (of the held-out loss and the benchmark means, the one whose "
+              "scout verdicts agreed most often with the full run's in the track record; the same for every "
+              "experiment). Signal: largest minus smallest final value over the runs; noise: root "
               "mean square of the runs' σ (± after each value: the spread over the run's last evaluations, "
               "pooled with the spread over seeds where a rung has several); order: Kendall's τ between the runs' "
               "order by training compute and by the metric (1: every larger run scores better).")
