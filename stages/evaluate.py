@@ -3,10 +3,12 @@
 Usage (dvc.yaml): python stages/evaluate.py <export stage> <plan stage> <documents stage> <backcheck stage>
 Held-out bits per byte per mixture bucket on the plan's held-out documents (their text from the documents
 stage); every benchmark of `decontaminate.benchmarks`, its dirty items taken from the documents stage's
-contamination table, its suspects (clean_strict leaves them out too) from the backcheck stage's. Then, over the ladder (the scouts and the full run, their in-loop scores and noise in
-data/train), signal, noise and their ratio per metric (tokenmill.evaluate.signal), and the decision metric the
-track record chose (tokenmill.evaluate.track.decision_metric: the same for the baseline and its experiments). metrics/decision.json, the stage's one DVC metric, is the headline `dvc exp show`
-compares (headline below); metrics/evaluate.json keeps the detail.
+contamination table, its suspects (clean_strict leaves them out too) from the backcheck stage's. Then, over the
+ladder (the scouts and the full run, their in-loop scores and noise in data/train), signal, noise and their ratio
+per metric (tokenmill.evaluate.signal), and the decision metric the track record chose
+(tokenmill.evaluate.track.decision_metric: the same for the baseline and its experiments). metrics/decision.json,
+the stage's one DVC metric, is the headline `dvc exp show` compares (headline below); metrics/evaluate.json keeps
+the detail.
 """
 
 import sys
