@@ -40,13 +40,8 @@ def main(export_stage: str, plan_stage: str, documents_stage: str, backcheck_sta
         chosen = run.metrics["decision_metric"] = track.decision_metric(track.load())
         run.metrics["ladder"] = {r["metric"]: {k: None if r[k] is None else round(r[k], 6)
                                                for k in ("signal", "noise", "snr", "order")} for r in rows}
-        order = run.metrics["ladder"].get(chosen, {}).get("order")
-        if chosen not in run.metrics["ladder"]:
-            print(f"evaluate: not every run of the ladder records the decision metric {chosen}: the headline's "
-                  "decision is empty", file=sys.stderr)
-        elif order is not None and order <= 0:
-            print(f"evaluate: this ladder does not rank {chosen} by compute (Kendall's tau {order}): "
-                  "read the scouts' verdicts on it with care", file=sys.stderr)
+        if caveat := track.caveat(chosen, run.metrics["ladder"]):
+            print(f"evaluate: {caveat}", file=sys.stderr)
     write_json("metrics/decision.json", headline(run.metrics, ladder.get("pretrain", {})))
     print(f"evaluate: {run.metrics.get('benchmarks_mean')}; decision metric {run.metrics['decision_metric']}")
     return 0

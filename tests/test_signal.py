@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tokenmill.evaluate.signal import combine_replicas, ladder_table, separated
-from tokenmill.evaluate.track import decision_metric
+from tokenmill.evaluate.track import caveat, decision_metric
 
 
 def test_signal_noise_snr_and_order_by_hand():
@@ -75,3 +75,16 @@ def test_the_track_record_picks_the_decision_metric_where_it_measured_the_candid
     assert decision_metric({"rungs": {"s1": {m: entry(0, 0) for m in ("heldout_mean", "benchmarks_mean.bpb")}}}) \
         == "heldout_mean"
 
+
+
+def test_a_ladder_that_ranks_the_decision_metric_backwards_or_lacks_it_is_named():
+    """The metric stays the record's; the evaluate stage says what this ladder holds against it."""
+    backwards = {"scout/s1": {"heldout_mean": (6.0, 0.1), "benchmarks_mean.bpb": (3.4, 0.1)},
+                 "pretrain": {"heldout_mean": (5.0, 0.1), "benchmarks_mean.bpb": (3.5, 0.1)}}
+    rows = {r["metric"]: r for r in ladder_table(backwards)}
+    assert caveat("heldout_mean", rows) is None  # the full run better: order +1
+    assert "does not rank benchmarks_mean.bpb by compute (Kendall's tau -1.0)" in caveat("benchmarks_mean.bpb", rows)
+    assert "not every run of the ladder records the decision metric benchmarks_mean.acc" in \
+        caveat("benchmarks_mean.acc", rows)
+    tied = {"scout/s1": {"heldout_mean": (5.0, 0.1)}, "pretrain": {"heldout_mean": (5.0, 0.1)}}
+    assert "Kendall's tau 0.0" in caveat("heldout_mean", {r["metric"]: r for r in ladder_table(tied)})

@@ -46,6 +46,18 @@ def decision_metric(record: Mapping | None) -> str:
     return max(measured)[3] if measured else "heldout_mean"
 
 
+def caveat(metric: str, ladder: Mapping[str, Mapping]) -> str | None:
+    """What this ladder ({metric: its signal, noise, snr, order}) says against deciding on the metric, or None:
+    not every run records it (the headline's decision is empty), or it does not rank the runs by compute."""
+    if metric not in ladder:
+        return f"not every run of the ladder records the decision metric {metric}: the headline's decision is empty"
+    order = ladder[metric]["order"]
+    if order is not None and order <= 0:
+        return (f"this ladder does not rank {metric} by compute (Kendall's tau {order}): read the scouts' verdicts "
+                "on it with care")
+    return None
+
+
 def line(record: Mapping | None, rung: str, metric: str) -> str:
     """One sentence: the rung's agreement with the full run on the metric, with what it was measured on."""
     if record is None:
